@@ -1,0 +1,60 @@
+/*
+ * blkio.h - the nextfs block I/O layer under libext2fs.
+ *
+ * Contract: nx_blkio_manager is a libext2fs io_manager that reads and
+ * writes the volume with pread/pwrite (no hidden write-back cache, so
+ * every layer that reads the device sees the same bytes).  Every write,
+ * whatever its block size or offset, first calls the write hook installed
+ * with nx_blkio_set_hook() for the byte range it is about to overwrite;
+ * if the hook fails, nothing is written and the error is returned.  This
+ * is where the snapshot layer preserves old block contents (copy-on-write).
+ *
+ * It also counts bytes read and written (for write-amplification tests
+ * and benchmarks) and offers direct range I/O used by the file data path
+ * to issue large contiguous requests.
+ */
+#ifndef NEXTFS_BLKIO_H
+#define NEXTFS_BLKIO_H
+
+#include <stdint.h>
+#include <ext2fs/ext2fs.h>
+
+extern io_manager nx_blkio_manager;
+
+/* Called before bytes [offset, offset+len) of the device are overwritten. */
+typedef errcode_t (*nx_blkio_write_hook)(void *priv, uint64_t offset,
+					 uint64_t len);
+
+struct nx_blkio_stats {
+	uint64_t bytes_read;
+	uint64_t bytes_written;
+	uint64_t read_calls;
+	uint64_t write_calls;
+};
+
+struct nx_blkio;
+
+/* The nx_blkio behind a channel opened by nx_blkio_manager (else NULL). */
+struct nx_blkio *nx_blkio_from_channel(io_channel channel);
+
+void nx_blkio_set_hook(struct nx_blkio *io, nx_blkio_write_hook hook,
+		       void *priv);
+void nx_blkio_get_stats(struct nx_blkio *io, struct nx_blkio_stats *st);
+
+/*
+ * Byte-addressed I/O on the device.  Writes go through the write hook like
+ * every other write.  Short transfers are retried; EOF on read is EIO.
+ */
+errcode_t nx_blkio_pread(struct nx_blkio *io, void *buf, uint64_t len,
+			 uint64_t offset);
+errcode_t nx_blkio_pwrite(struct nx_blkio *io, const void *buf, uint64_t len,
+			  uint64_t offset);
+
+/* Write bypassing the hook: only for the snapshot layer's own copies. */
+errcode_t nx_blkio_pwrite_raw(struct nx_blkio *io, const void *buf,
+			      uint64_t len, uint64_t offset);
+
+/* fsync the device. */
+errcode_t nx_blkio_flush(struct nx_blkio *io);
+
+#endif

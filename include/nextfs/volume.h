@@ -1,0 +1,76 @@
+/*
+ * volume.h - one open ext2/3/4 volume (image file or block device).
+ *
+ * Contract: nx_volume_open() opens the volume through libext2fs on top of
+ * the nextfs block I/O layer (blkio.h), refuses volumes it cannot safely
+ * serve (unknown features, journal needing recovery, corrupt superblock,
+ * already locked by another process) with an errcode and a one-line
+ * message, takes an exclusive lock on the volume, and for read-write
+ * opens marks the filesystem not-clean on disk.  nx_volume_close() writes
+ * back all dirty metadata, marks the volume clean again and releases it.
+ *
+ * libext2fs is not thread-safe: every caller that touches vol->fs holds
+ * vol->lock (nx_volume_lock/unlock).  The fs-layer functions (inode.h,
+ * dir.h, file.h, xattr.h) expect the lock to be held by their caller.
+ */
+#ifndef NEXTFS_VOLUME_H
+#define NEXTFS_VOLUME_H
+
+#include <pthread.h>
+#include <stdint.h>
+#include <sys/statvfs.h>
+#include <ext2fs/ext2fs.h>
+
+#define NX_VOL_RDONLY	0x0001	/* open read-only; nothing is written */
+
+struct nx_blkio;
+
+struct nx_volume {
+	ext2_filsys fs;			/* libext2fs handle, owned */
+	char *device;			/* path as given by the user, owned */
+	int flags;			/* NX_VOL_* */
+	int lock_fd;			/* fd holding the exclusive lock, or -1 */
+	int was_clean;			/* EXT2_VALID_FS was set when we opened */
+	pthread_mutex_t lock;		/* the big lock around all fs access */
+	struct nx_blkio *io;		/* our block I/O layer state (not owned) */
+	struct nx_snapstore *snap;	/* snapshot store, or NULL (snapshot.h) */
+};
+
+/*
+ * Open DEVICE.  On failure returns non-zero and, if MSG is non-NULL, puts a
+ * one-line human readable reason (without trailing newline) into MSG.
+ */
+errcode_t nx_volume_open(const char *device, int flags,
+			 struct nx_volume **ret, char *msg, size_t msglen);
+
+/* Write all dirty metadata (superblock, descriptors, bitmaps) and fsync. */
+errcode_t nx_volume_sync(struct nx_volume *vol);
+
+/* Sync, mark clean (read-write opens), unlock and free.  VOL may be NULL. */
+errcode_t nx_volume_close(struct nx_volume *vol);
+
+/* statfs(2) for the volume. */
+errcode_t nx_volume_statfs(struct nx_volume *vol, struct statvfs *st);
+
+static inline int nx_volume_rdonly(const struct nx_volume *vol)
+{
+	return (vol->flags & NX_VOL_RDONLY) != 0;
+}
+
+static inline void nx_volume_lock(struct nx_volume *vol)
+{
+	pthread_mutex_lock(&vol->lock);
+}
+
+static inline void nx_volume_unlock(struct nx_volume *vol)
+{
+	pthread_mutex_unlock(&vol->lock);
+}
+
+/*
+ * Map a libext2fs/com_err error code or errno value to a positive errno
+ * suitable for returning to the kernel.  0 maps to 0.
+ */
+int nx_errno(errcode_t err);
+
+#endif

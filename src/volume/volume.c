@@ -1,0 +1,381 @@
+/*
+ * volume.c - open, check, lock, sync and close one ext2/3/4 volume.
+ *
+ * We serve a volume read-write only when every feature it uses is one we
+ * keep consistent ourselves; otherwise the volume could end up with
+ * metadata (quota files, verity trees, MMP blocks, ...) that no longer
+ * matches the data we wrote.  Such volumes may still be opened read-only.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <ext2fs/ext2fs.h>
+#include <et/com_err.h>
+#include "nextfs/volume.h"
+#include "nextfs/blkio.h"
+
+/* Features we can write without breaking anything. */
+#define NX_RW_COMPAT	(EXT2_FEATURE_COMPAT_DIR_PREALLOC |		\
+			 EXT3_FEATURE_COMPAT_HAS_JOURNAL |		\
+			 EXT2_FEATURE_COMPAT_EXT_ATTR |			\
+			 EXT2_FEATURE_COMPAT_RESIZE_INODE |		\
+			 EXT2_FEATURE_COMPAT_DIR_INDEX |		\
+			 EXT4_FEATURE_COMPAT_SPARSE_SUPER2 |		\
+			 EXT4_FEATURE_COMPAT_FAST_COMMIT |		\
+			 EXT4_FEATURE_COMPAT_STABLE_INODES |		\
+			 EXT4_FEATURE_COMPAT_ORPHAN_FILE)
+#define NX_RW_INCOMPAT	(EXT2_FEATURE_INCOMPAT_FILETYPE |		\
+			 EXT2_FEATURE_INCOMPAT_META_BG |		\
+			 EXT3_FEATURE_INCOMPAT_EXTENTS |		\
+			 EXT4_FEATURE_INCOMPAT_64BIT |			\
+			 EXT4_FEATURE_INCOMPAT_FLEX_BG |		\
+			 EXT4_FEATURE_INCOMPAT_CSUM_SEED |		\
+			 EXT4_FEATURE_INCOMPAT_LARGEDIR |		\
+			 EXT4_FEATURE_INCOMPAT_INLINE_DATA)
+#define NX_RW_RO_COMPAT	(EXT2_FEATURE_RO_COMPAT_SPARSE_SUPER |		\
+			 EXT2_FEATURE_RO_COMPAT_LARGE_FILE |		\
+			 EXT4_FEATURE_RO_COMPAT_HUGE_FILE |		\
+			 EXT4_FEATURE_RO_COMPAT_GDT_CSUM |		\
+			 EXT4_FEATURE_RO_COMPAT_DIR_NLINK |		\
+			 EXT4_FEATURE_RO_COMPAT_EXTRA_ISIZE |		\
+			 EXT4_FEATURE_RO_COMPAT_METADATA_CSUM)
+/* Features we can read (libext2fs understands them). */
+#define NX_RO_INCOMPAT	(NX_RW_INCOMPAT | EXT4_FEATURE_INCOMPAT_EA_INODE | \
+			 EXT4_FEATURE_INCOMPAT_MMP)
+
+static void set_msg(char *msg, size_t len, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (!msg || !len)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(msg, len, fmt, ap);
+	va_end(ap);
+}
+
+/* Name the feature bits in MASK of kind COMPAT_TYPE (E2P-like, own table). */
+static void describe_features(char *buf, size_t len, int type, uint32_t mask)
+{
+	static const struct { int type; uint32_t bit; const char *name; } names[] = {
+		{ 0, EXT2_FEATURE_COMPAT_IMAGIC_INODES, "imagic_inodes" },
+		{ 0, EXT2_FEATURE_COMPAT_LAZY_BG, "lazy_bg" },
+		{ 0, EXT2_FEATURE_COMPAT_EXCLUDE_BITMAP, "exclude_bitmap" },
+		{ 1, EXT2_FEATURE_INCOMPAT_COMPRESSION, "compression" },
+		{ 1, EXT3_FEATURE_INCOMPAT_RECOVER, "needs_recovery" },
+		{ 1, EXT3_FEATURE_INCOMPAT_JOURNAL_DEV, "journal_dev" },
+		{ 1, EXT4_FEATURE_INCOMPAT_MMP, "mmp" },
+		{ 1, EXT4_FEATURE_INCOMPAT_EA_INODE, "ea_inode" },
+		{ 1, EXT4_FEATURE_INCOMPAT_DIRDATA, "dirdata" },
+		{ 1, EXT4_FEATURE_INCOMPAT_ENCRYPT, "encrypt" },
+		{ 1, EXT4_FEATURE_INCOMPAT_CASEFOLD, "casefold" },
+		{ 2, EXT4_FEATURE_RO_COMPAT_HAS_SNAPSHOT, "has_snapshot" },
+		{ 2, EXT4_FEATURE_RO_COMPAT_QUOTA, "quota" },
+		{ 2, EXT4_FEATURE_RO_COMPAT_BIGALLOC, "bigalloc" },
+		{ 2, EXT4_FEATURE_RO_COMPAT_REPLICA, "replica" },
+		{ 2, EXT4_FEATURE_RO_COMPAT_READONLY, "read-only" },
+		{ 2, EXT4_FEATURE_RO_COMPAT_PROJECT, "project" },
+		{ 2, EXT4_FEATURE_RO_COMPAT_SHARED_BLOCKS, "shared_blocks" },
+		{ 2, EXT4_FEATURE_RO_COMPAT_VERITY, "verity" },
+		{ 2, EXT4_FEATURE_RO_COMPAT_ORPHAN_PRESENT, "orphan_present" },
+	};
+	size_t used = 0, i;
+	uint32_t left = mask;
+
+	buf[0] = 0;
+	for (i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+		if (names[i].type != type || !(mask & names[i].bit))
+			continue;
+		used += snprintf(buf + used, used < len ? len - used : 0,
+				 "%s%s", used ? " " : "", names[i].name);
+		left &= ~names[i].bit;
+	}
+	for (i = 0; i < 32; i++)
+		if (left & (1U << i))
+			used += snprintf(buf + used, used < len ? len - used : 0,
+					 "%sFEATURE_%c%u", used ? " " : "",
+					 "CIR"[type], (unsigned)i);
+}
+
+/*
+ * Refuse what we cannot serve.  Checked on the raw superblock before
+ * libext2fs gets to decide, so that the user gets the precise reason.
+ */
+static errcode_t check_features(struct ext2_super_block *sb, int rdonly,
+				char *msg, size_t msglen)
+{
+	uint32_t incompat_ok = rdonly ? NX_RO_INCOMPAT : NX_RW_INCOMPAT;
+	char names[256];
+	uint32_t bad;
+
+	if (sb->s_feature_incompat & EXT3_FEATURE_INCOMPAT_RECOVER) {
+		set_msg(msg, msglen, "the journal needs recovery; run "
+			"'e2fsck -fy' on the volume (it replays the journal) "
+			"and try again");
+		return EXT2_ET_UNSUPP_FEATURE;
+	}
+	if (sb->s_feature_ro_compat & EXT4_FEATURE_RO_COMPAT_ORPHAN_PRESENT &&
+	    !rdonly) {
+		set_msg(msg, msglen, "the volume has orphan inodes pending; "
+			"run 'e2fsck -fy' on it and try again");
+		return EXT2_ET_UNSUPP_FEATURE;
+	}
+	bad = sb->s_feature_incompat & ~incompat_ok;
+	if (bad) {
+		describe_features(names, sizeof(names), 1, bad);
+		set_msg(msg, msglen, "unsupported incompatible feature(s): %s",
+			names);
+		return EXT2_ET_UNSUPP_FEATURE;
+	}
+	if (rdonly)
+		return 0;
+	bad = sb->s_feature_ro_compat & ~NX_RW_RO_COMPAT;
+	if (bad) {
+		describe_features(names, sizeof(names), 2, bad);
+		set_msg(msg, msglen, "cannot write a volume with feature(s): %s "
+			"(mount it with -o ro)", names);
+		return EXT2_ET_RO_UNSUPP_FEATURE;
+	}
+	bad = sb->s_feature_compat & ~NX_RW_COMPAT;
+	if (bad) {
+		describe_features(names, sizeof(names), 0, bad);
+		set_msg(msg, msglen, "cannot write a volume with feature(s): %s "
+			"(mount it with -o ro)", names);
+		return EXT2_ET_RO_UNSUPP_FEATURE;
+	}
+	if (sb->s_state & EXT2_ERROR_FS) {
+		set_msg(msg, msglen, "the volume is marked as having errors; "
+			"run 'e2fsck -f' on it first (or mount with -o ro)");
+		return EXT2_ET_FILESYSTEM_CORRUPTED;
+	}
+	return 0;
+}
+
+/* Exclusive advisory lock: a second nextfs (or e2fsck -n racing us) loses. */
+static errcode_t lock_volume(struct nx_volume *vol, char *msg, size_t msglen)
+{
+	int fd = open(vol->device, O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0) {
+		set_msg(msg, msglen, "%s: %s", vol->device, strerror(errno));
+		return errno;
+	}
+	if (flock(fd, (nx_volume_rdonly(vol) ? LOCK_SH : LOCK_EX) | LOCK_NB) < 0) {
+		int e = errno;
+
+		close(fd);
+		if (e == EWOULDBLOCK) {
+			set_msg(msg, msglen, "%s is already in use by another "
+				"nextfs process", vol->device);
+			return EBUSY;
+		}
+		set_msg(msg, msglen, "%s: cannot lock: %s", vol->device,
+			strerror(e));
+		return e;
+	}
+	vol->lock_fd = fd;
+	return 0;
+}
+
+static errcode_t check_not_mounted(struct nx_volume *vol, char *msg,
+				   size_t msglen)
+{
+	int mflags = 0;
+	errcode_t err = ext2fs_check_if_mounted(vol->device, &mflags);
+
+	if (err)
+		return 0;	/* cannot tell (e.g. no /proc): the lock still guards us */
+	if (mflags & EXT2_MF_MOUNTED) {
+		set_msg(msg, msglen, "%s is mounted by the kernel; unmount it "
+			"first", vol->device);
+		return EBUSY;
+	}
+	return 0;
+}
+
+/* Write only the primary superblock (cheap state changes). */
+static errcode_t write_super_only(ext2_filsys fs)
+{
+	errcode_t err;
+
+	fs->flags |= EXT2_FLAG_SUPER_ONLY;
+	ext2fs_mark_super_dirty(fs);
+	err = ext2fs_flush(fs);
+	fs->flags &= ~EXT2_FLAG_SUPER_ONLY;
+	return err;
+}
+
+static errcode_t mark_in_use(struct nx_volume *vol)
+{
+	struct ext2_super_block *sb = vol->fs->super;
+	errcode_t err;
+
+	vol->was_clean = (sb->s_state & EXT2_VALID_FS) != 0;
+	if (nx_volume_rdonly(vol))
+		return 0;
+	sb->s_state &= ~EXT2_VALID_FS;
+	sb->s_mnt_count++;
+	sb->s_mtime = (uint32_t)time(NULL);
+	err = write_super_only(vol->fs);
+	if (!err)
+		err = nx_blkio_flush(vol->io);
+	return err;
+}
+
+static errcode_t open_fs(struct nx_volume *vol, char *msg, size_t msglen)
+{
+	int oflags = EXT2_FLAG_64BITS | EXT2_FLAG_FORCE | EXT2_FLAG_SKIP_MMP;
+	struct ext2_super_block *sb;
+	errcode_t err;
+
+	if (!nx_volume_rdonly(vol))
+		oflags |= EXT2_FLAG_RW;
+	/*
+	 * First open without FORCE semantics mattering: libext2fs validates
+	 * the superblock and descriptors (magic, geometry, checksums); only
+	 * the feature policy is ours, applied below.
+	 */
+	err = ext2fs_open2(vol->device, NULL, oflags, 0, 0, nx_blkio_manager,
+			   &vol->fs);
+	if (err) {
+		set_msg(msg, msglen, "%s: cannot open volume: %s", vol->device,
+			error_message(err));
+		vol->fs = NULL;
+		return err;
+	}
+	sb = vol->fs->super;
+	err = check_features(sb, nx_volume_rdonly(vol), msg, msglen);
+	if (err)
+		return err;
+	vol->io = nx_blkio_from_channel(vol->fs->io);
+	err = ext2fs_read_bitmaps(vol->fs);
+	if (err) {
+		set_msg(msg, msglen, "%s: cannot read allocation bitmaps: %s",
+			vol->device, error_message(err));
+		return err;
+	}
+	return 0;
+}
+
+errcode_t nx_volume_open(const char *device, int flags,
+			 struct nx_volume **ret, char *msg, size_t msglen)
+{
+	struct nx_volume *vol;
+	errcode_t err;
+
+	set_msg(msg, msglen, "");
+	initialize_ext2_error_table();
+	vol = calloc(1, sizeof(*vol));
+	if (!vol)
+		return EXT2_ET_NO_MEMORY;
+	vol->lock_fd = -1;
+	vol->flags = flags;
+	pthread_mutex_init(&vol->lock, NULL);
+	vol->device = strdup(device);
+	if (!vol->device) {
+		err = EXT2_ET_NO_MEMORY;
+		goto fail;
+	}
+	err = lock_volume(vol, msg, msglen);
+	if (err)
+		goto fail;
+	if (!nx_volume_rdonly(vol)) {
+		err = check_not_mounted(vol, msg, msglen);
+		if (err)
+			goto fail;
+	}
+	err = open_fs(vol, msg, msglen);
+	if (err)
+		goto fail;
+	err = mark_in_use(vol);
+	if (err) {
+		set_msg(msg, msglen, "%s: cannot write superblock: %s",
+			vol->device, error_message(err));
+		goto fail;
+	}
+	*ret = vol;
+	return 0;
+fail:
+	if (vol->fs) {
+		vol->fs->flags &= ~EXT2_FLAG_DIRTY;
+		ext2fs_close_free(&vol->fs);
+	}
+	if (vol->lock_fd >= 0)
+		close(vol->lock_fd);
+	pthread_mutex_destroy(&vol->lock);
+	free(vol->device);
+	free(vol);
+	return err;
+}
+
+errcode_t nx_volume_sync(struct nx_volume *vol)
+{
+	errcode_t err;
+
+	if (nx_volume_rdonly(vol))
+		return 0;
+	err = ext2fs_flush2(vol->fs, 0);
+	if (!err)
+		err = nx_blkio_flush(vol->io);
+	return err;
+}
+
+errcode_t nx_volume_close(struct nx_volume *vol)
+{
+	errcode_t err = 0;
+
+	if (!vol)
+		return 0;
+	if (vol->fs) {
+		if (!nx_volume_rdonly(vol)) {
+			if (vol->was_clean)
+				vol->fs->super->s_state |= EXT2_VALID_FS;
+			ext2fs_mark_super_dirty(vol->fs);
+			err = nx_volume_sync(vol);
+		}
+		if (!err)
+			err = ext2fs_close_free(&vol->fs);
+		else
+			ext2fs_free(vol->fs);
+		vol->fs = NULL;
+	}
+	if (vol->lock_fd >= 0)
+		close(vol->lock_fd);
+	pthread_mutex_destroy(&vol->lock);
+	free(vol->device);
+	free(vol);
+	return err;
+}
+
+errcode_t nx_volume_statfs(struct nx_volume *vol, struct statvfs *st)
+{
+	struct ext2_super_block *sb = vol->fs->super;
+	blk64_t overhead = sb->s_first_data_block;
+	blk64_t total = ext2fs_blocks_count(sb);
+	blk64_t free_blocks = ext2fs_free_blocks_count(sb);
+	blk64_t reserved = ext2fs_r_blocks_count(sb);
+
+	memset(st, 0, sizeof(*st));
+	st->f_bsize = vol->fs->blocksize;
+	st->f_frsize = vol->fs->blocksize;
+	/* Like ext4's default minixdf=off: report metadata as used. */
+	st->f_blocks = total - overhead;
+	st->f_bfree = free_blocks;
+	st->f_bavail = free_blocks > reserved ? free_blocks - reserved : 0;
+	st->f_files = sb->s_inodes_count;
+	st->f_ffree = sb->s_free_inodes_count;
+	st->f_favail = sb->s_free_inodes_count;
+	st->f_fsid = (unsigned long)(*(uint64_t *)sb->s_uuid ^
+				     *(uint64_t *)(sb->s_uuid + 8));
+	st->f_namemax = EXT2_NAME_LEN;
+	if (nx_volume_rdonly(vol))
+		st->f_flag |= ST_RDONLY;
+	return 0;
+}

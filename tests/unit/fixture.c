@@ -1,0 +1,83 @@
+/* fixture.c - see fixture.h */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/wait.h>
+#include "fixture.h"
+
+const char *const nxt_flavours[NXT_NFLAVOURS] = {
+	"-t ext2 -b 1024",
+	"-t ext3 -b 4096",
+	"-t ext4",
+	"-t ext4 -O 64bit,metadata_csum,inline_data -I 256",
+};
+
+static const char *tool(const char *env, const char *fallback)
+{
+	const char *p = getenv(env);
+	return p && *p ? p : fallback;
+}
+
+void nxt_mkfs(char *path, const char *mkfs_args, unsigned size_mb)
+{
+	const char *tmp = getenv("TMPDIR");
+	char cmd[1024];
+	int fd, rc;
+
+	snprintf(path, 256, "%s/nxtest-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+	fd = mkstemp(path);
+	ck_assert_msg(fd >= 0, "mkstemp failed");
+	ck_assert_int_eq(ftruncate(fd, (off_t)size_mb << 20), 0);
+	close(fd);
+	snprintf(cmd, sizeof(cmd), "%s -q -F -E root_owner=0:0 %s %s >&2",
+		 tool("MKE2FS", "mke2fs"), mkfs_args, path);
+	rc = system(cmd);
+	ck_assert_msg(rc == 0, "mke2fs failed: %s", cmd);
+}
+
+struct nx_volume *nxt_open(const char *path)
+{
+	struct nx_volume *vol = NULL;
+	char msg[256] = "";
+	errcode_t err = nx_volume_open(path, 0, &vol, msg, sizeof(msg));
+
+	ck_assert_msg(err == 0, "nx_volume_open(%s): %s", path, msg);
+	return vol;
+}
+
+int nxt_fsck(const char *path)
+{
+	char cmd[1024];
+	int rc;
+
+	snprintf(cmd, sizeof(cmd), "%s -fn %s >&2", tool("E2FSCK", "e2fsck"),
+		 path);
+	rc = system(cmd);
+	return WIFEXITED(rc) ? WEXITSTATUS(rc) : 128;
+}
+
+int nxt_close_and_fsck(struct nx_volume *vol, const char *path)
+{
+	ck_assert_int_eq(nx_volume_close(vol), 0);
+	return nxt_fsck(path);
+}
+
+void nxt_unlink(const char *path)
+{
+	unlink(path);
+}
+
+void nxt_root_cred(struct nx_cred *c)
+{
+	memset(c, 0, sizeof(*c));
+	c->umask = 022;
+}
+
+void nxt_user_cred(struct nx_cred *c, uid_t uid, gid_t gid)
+{
+	memset(c, 0, sizeof(*c));
+	c->uid = uid;
+	c->gid = gid;
+	c->umask = 022;
+}

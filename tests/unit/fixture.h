@@ -1,0 +1,39 @@
+/*
+ * fixture.h - shared helpers for the libcheck unit tests: make a fresh
+ * image with mke2fs, open it as a volume, and check it with e2fsck -fn.
+ */
+#ifndef NEXTFS_TEST_FIXTURE_H
+#define NEXTFS_TEST_FIXTURE_H
+
+#include <check.h>
+#include "nextfs/volume.h"
+#include "nextfs/perm.h"
+
+/* Feature sets the tests iterate over (index with _i in loop tests). */
+#define NXT_NFLAVOURS 4
+extern const char *const nxt_flavours[NXT_NFLAVOURS];
+
+/*
+ * Create an image of SIZE_MB MiB at a fresh temporary path (written to
+ * PATH, at least 256 bytes) with "mke2fs -q -F -T default MKFS_ARGS".
+ * Fails the test on error.
+ */
+void nxt_mkfs(char *path, const char *mkfs_args, unsigned size_mb);
+
+/* Open PATH read-write (fails the test on error). */
+struct nx_volume *nxt_open(const char *path);
+
+/* Close VOL (asserting success) and return the e2fsck -fn exit status. */
+int nxt_close_and_fsck(struct nx_volume *vol, const char *path);
+
+/* e2fsck -fn PATH exit status (0 = clean); output goes to stderr. */
+int nxt_fsck(const char *path);
+
+/* Remove the image. */
+void nxt_unlink(const char *path);
+
+/* Credentials of root and of an ordinary user (uid/gid 1000). */
+void nxt_root_cred(struct nx_cred *c);
+void nxt_user_cred(struct nx_cred *c, uid_t uid, gid_t gid);
+
+#endif
