@@ -21,9 +21,12 @@
 
 extern io_manager nx_blkio_manager;
 
-/* Called before bytes [offset, offset+len) of the device are overwritten. */
+/*
+ * Called before bytes [offset, offset+len) of the device are overwritten
+ * with DATA.  Writes issued from inside the hook do not call it again.
+ */
 typedef errcode_t (*nx_blkio_write_hook)(void *priv, uint64_t offset,
-					 uint64_t len);
+					 uint64_t len, const void *data);
 
 struct nx_blkio_stats {
 	uint64_t bytes_read;

@@ -9,9 +9,9 @@
  * files.  Write and size-changing calls update i_size, i_blocks, mtime
  * and ctime as ext4 does.  On ENOSPC a write stores what fits (short
  * write) and the volume stays consistent; nothing already written is
- * lost.  Every overwrite of an existing block goes through
- * nx_file_prepare_overwrite() so that the snapshot layer can move the old
- * block away first.  The caller holds the volume lock.
+ * lost.  Every overwrite of an already-mapped block goes through one
+ * function in file.c (prepare_overwrite) so that the snapshot layer can
+ * move the old block away first.  The caller holds the volume lock.
  */
 #ifndef NEXTFS_FILE_H
 #define NEXTFS_FILE_H

@@ -114,7 +114,7 @@ errcode_t nx_blkio_pwrite(struct nx_blkio *io, const void *buf, uint64_t len,
 	 */
 	if (io->hook && !io->in_hook) {
 		io->in_hook = 1;
-		err = io->hook(io->hook_priv, offset, len);
+		err = io->hook(io->hook_priv, offset, len, buf);
 		io->in_hook = 0;
 		if (err)
 			return err;
