@@ -20,6 +20,7 @@
 #include <et/com_err.h>
 #include "nextfs/volume.h"
 #include "nextfs/blkio.h"
+#include "nextfs/snapshot.h"
 
 /* Features we can write without breaking anything. */
 #define NX_RW_COMPAT	(EXT2_FEATURE_COMPAT_DIR_PREALLOC |		\
@@ -45,7 +46,8 @@
 			 EXT4_FEATURE_RO_COMPAT_GDT_CSUM |		\
 			 EXT4_FEATURE_RO_COMPAT_DIR_NLINK |		\
 			 EXT4_FEATURE_RO_COMPAT_EXTRA_ISIZE |		\
-			 EXT4_FEATURE_RO_COMPAT_METADATA_CSUM)
+			 EXT4_FEATURE_RO_COMPAT_METADATA_CSUM |		\
+			 EXT4_FEATURE_RO_COMPAT_HAS_SNAPSHOT)
 /* Features we can read (libext2fs understands them). */
 #define NX_RO_INCOMPAT	(NX_RW_INCOMPAT | EXT4_FEATURE_INCOMPAT_EA_INODE | \
 			 EXT4_FEATURE_INCOMPAT_MMP)
@@ -200,18 +202,6 @@ static errcode_t check_not_mounted(struct nx_volume *vol, char *msg,
 	return 0;
 }
 
-/* Write only the primary superblock (cheap state changes). */
-static errcode_t write_super_only(ext2_filsys fs)
-{
-	errcode_t err;
-
-	fs->flags |= EXT2_FLAG_SUPER_ONLY;
-	ext2fs_mark_super_dirty(fs);
-	err = ext2fs_flush(fs);
-	fs->flags &= ~EXT2_FLAG_SUPER_ONLY;
-	return err;
-}
-
 static errcode_t mark_in_use(struct nx_volume *vol)
 {
 	struct ext2_super_block *sb = vol->fs->super;
@@ -223,9 +213,9 @@ static errcode_t mark_in_use(struct nx_volume *vol)
 	sb->s_state &= ~EXT2_VALID_FS;
 	sb->s_mnt_count++;
 	sb->s_mtime = (uint32_t)time(NULL);
-	err = write_super_only(vol->fs);
-	if (!err)
-		err = nx_blkio_flush(vol->io);
+	ext2fs_mark_super_dirty(vol->fs);
+	/* Through the snapshot layer: the active snapshot keeps the old one. */
+	err = nx_volume_sync(vol);
 	return err;
 }
 
@@ -251,6 +241,11 @@ static errcode_t open_fs(struct nx_volume *vol, char *msg, size_t msglen)
 		return err;
 	}
 	sb = vol->fs->super;
+	/*
+	 * Like the kernel, keep backup superblocks and descriptors as they
+	 * are while mounted; e2fsck and resize2fs refresh them.
+	 */
+	vol->fs->flags |= EXT2_FLAG_MASTER_SB_ONLY;
 	err = check_features(sb, nx_volume_rdonly(vol), msg, msglen);
 	if (err)
 		return err;
@@ -294,6 +289,13 @@ errcode_t nx_volume_open(const char *device, int flags,
 	err = open_fs(vol, msg, msglen);
 	if (err)
 		goto fail;
+	err = nx_snap_attach(vol, msg, msglen);
+	if (err) {
+		if (msg && !msg[0])
+			set_msg(msg, msglen, "%s: cannot load snapshots: %s",
+				vol->device, error_message(err));
+		goto fail;
+	}
 	err = mark_in_use(vol);
 	if (err) {
 		set_msg(msg, msglen, "%s: cannot write superblock: %s",
@@ -303,6 +305,7 @@ errcode_t nx_volume_open(const char *device, int flags,
 	*ret = vol;
 	return 0;
 fail:
+	nx_snap_detach(vol);
 	if (vol->fs) {
 		vol->fs->flags &= ~EXT2_FLAG_DIRTY;
 		ext2fs_close_free(&vol->fs);
@@ -321,7 +324,7 @@ errcode_t nx_volume_sync(struct nx_volume *vol)
 
 	if (nx_volume_rdonly(vol))
 		return 0;
-	err = ext2fs_flush2(vol->fs, 0);
+	err = nx_snap_flush(vol);
 	if (!err)
 		err = nx_blkio_flush(vol->io);
 	return err;
@@ -335,11 +338,17 @@ errcode_t nx_volume_close(struct nx_volume *vol)
 		return 0;
 	if (vol->fs) {
 		if (!nx_volume_rdonly(vol)) {
+			struct nx_blkio_stats st;
+
 			if (vol->was_clean)
 				vol->fs->super->s_state |= EXT2_VALID_FS;
+			nx_blkio_get_stats(vol->io, &st);
+			vol->fs->super->s_kbytes_written += st.bytes_written >> 10;
 			ext2fs_mark_super_dirty(vol->fs);
 			err = nx_volume_sync(vol);
 		}
+		/* Nothing is dirty now: closing writes nothing behind COW's back. */
+		nx_snap_detach(vol);
 		if (!err)
 			err = ext2fs_close_free(&vol->fs);
 		else

@@ -4,6 +4,8 @@
 #include <string.h>
 #include <unistd.h>
 #include <sys/wait.h>
+#include <stddef.h>
+#include <ext2fs/ext2fs.h>
 #include "fixture.h"
 
 const char *const nxt_flavours[NXT_NFLAVOURS] = {
@@ -80,4 +82,30 @@ void nxt_user_cred(struct nx_cred *c, uid_t uid, gid_t gid)
 	c->uid = uid;
 	c->gid = gid;
 	c->umask = 022;
+}
+
+int nxt_fsck_masked(const char *path)
+{
+	char copy[300], cmd[700];
+	struct ext2_super_block sb;
+	FILE *f;
+	int rc;
+
+	snprintf(copy, sizeof(copy), "%s.masked", path);
+	snprintf(cmd, sizeof(cmd), "cp --sparse=always %s %s", path, copy);
+	ck_assert_int_eq(system(cmd), 0);
+	f = fopen(copy, "r+b");
+	ck_assert_ptr_nonnull(f);
+	ck_assert_int_eq(fseek(f, SUPERBLOCK_OFFSET, SEEK_SET), 0);
+	ck_assert_int_eq(fread(&sb, sizeof(sb), 1, f), 1);
+	sb.s_feature_ro_compat &= ~EXT4_FEATURE_RO_COMPAT_HAS_SNAPSHOT;
+	if (sb.s_feature_ro_compat & EXT4_FEATURE_RO_COMPAT_METADATA_CSUM)
+		sb.s_checksum = ext2fs_crc32c_le(~0U, (unsigned char *)&sb,
+				offsetof(struct ext2_super_block, s_checksum));
+	ck_assert_int_eq(fseek(f, SUPERBLOCK_OFFSET, SEEK_SET), 0);
+	ck_assert_int_eq(fwrite(&sb, sizeof(sb), 1, f), 1);
+	fclose(f);
+	rc = nxt_fsck(copy);
+	unlink(copy);
+	return rc;
 }

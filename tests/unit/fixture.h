@@ -36,4 +36,11 @@ void nxt_unlink(const char *path);
 void nxt_root_cred(struct nx_cred *c);
 void nxt_user_cred(struct nx_cred *c, uid_t uid, gid_t gid);
 
+
+
+/*
+ * e2fsck -fn on a sparse copy of PATH whose superblock has
+ * RO_COMPAT_HAS_SNAPSHOT masked (stock e2fsck refuses the feature).
+ */
+int nxt_fsck_masked(const char *path);
 #endif

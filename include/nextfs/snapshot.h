@@ -1,0 +1,91 @@
+/*
+ * snapshot.h - Next3-style snapshots on ext2/3/4 (see ../shared/DESIGN.md
+ * and docs/snapshots.md).
+ *
+ * Contract:
+ * - nx_snap_attach() loads the snapshot list of an opened volume (the
+ *   chain s_snapshot_list -> i_next_snapshot ...), the blocks each
+ *   snapshot maps, and the copy-on-write state of the active (newest)
+ *   snapshot, and hooks the block I/O layer and libext2fs's allocator so
+ *   that from then on every change of a block the active snapshot still
+ *   needs preserves the old content first: metadata is copied (blkio write
+ *   hook), freed blocks are moved into the snapshot, and overwritten file
+ *   data is moved via nx_snap_prepare_overwrite().
+ * - nx_snap_take/delete/list are the user operations; take flushes all
+ *   dirty state and is O(1) in the volume size beyond that flush.
+ * - nx_snap_view_open() returns a read-only struct nx_volume that shows the
+ *   volume exactly as it was when the snapshot was taken; all fs-layer
+ *   read functions work on it.
+ * The caller holds the live volume's lock for every call, also while
+ * using a view.
+ */
+#ifndef NEXTFS_SNAPSHOT_H
+#define NEXTFS_SNAPSHOT_H
+
+#include <time.h>
+#include <ext2fs/ext2fs.h>
+#include "nextfs/volume.h"
+#include "nextfs/dir.h"
+
+#define NX_SNAPDIR_NAME ".snapshots"
+
+struct nx_snapinfo {
+	char name[NX_NAME_MAX + 1];
+	ext2_ino_t ino;			/* the snapshot file's inode */
+	uint32_t id;			/* monotonic, never reused */
+	struct timespec taken;		/* take time */
+	blk64_t blocks;			/* fs blocks the snapshot file holds */
+	int active;			/* receives copy-on-write */
+};
+
+errcode_t nx_snap_attach(struct nx_volume *vol, char *msg, size_t msglen);
+void nx_snap_detach(struct nx_volume *vol);
+
+/* Validate a snapshot name: 0, EINVAL, ENAMETOOLONG. */
+errcode_t nx_snap_name_check(const char *name);
+
+errcode_t nx_snap_take(struct nx_volume *vol, const char *name,
+		       struct nx_snapinfo *info);
+errcode_t nx_snap_delete(struct nx_volume *vol, const char *name);
+
+/* Snapshots oldest first; free *LIST with free(). */
+errcode_t nx_snap_list(struct nx_volume *vol, struct nx_snapinfo **list,
+		       int *count);
+errcode_t nx_snap_find(struct nx_volume *vol, const char *name,
+		       struct nx_snapinfo *info);
+int nx_snap_count(struct nx_volume *vol);
+
+/* Inode of the real /.snapshots directory (hidden from the live view), or 0. */
+ext2_ino_t nx_snap_dir_ino(struct nx_volume *vol);
+
+/*
+ * Data path: file INO is about to overwrite its block LBLK, mapped at
+ * PBLK.  If the active snapshot needs PBLK, the file gets a new block
+ * (returned in *NEWPBLK, already mapped in INODE and on disk) and PBLK
+ * moves into the snapshot untouched; otherwise *NEWPBLK = PBLK.  The
+ * caller must write the whole block at *NEWPBLK (merging the old content
+ * from PBLK for partial writes).  Files with FS_NOCOW_FL are left in
+ * place: the block I/O hook copies them instead.
+ */
+errcode_t nx_snap_prepare_overwrite(struct nx_volume *vol, ext2_ino_t ino,
+				    struct ext2_inode_large *inode,
+				    blk64_t lblk, blk64_t pblk,
+				    blk64_t *newpblk);
+
+/*
+ * ENOSPC if allocating WANT more blocks for live data would eat into the
+ * reserve kept for preserving metadata (s_snapshot_r_blocks_count).
+ */
+errcode_t nx_snap_check_space(struct nx_volume *vol, blk64_t want);
+
+/*
+ * Complete pending snapshot bookkeeping and write all dirty metadata;
+ * called by nx_volume_sync().  Without snapshots this is ext2fs_flush.
+ */
+errcode_t nx_snap_flush(struct nx_volume *vol);
+
+errcode_t nx_snap_view_open(struct nx_volume *vol, ext2_ino_t snap_ino,
+			    struct nx_volume **view);
+void nx_snap_view_close(struct nx_volume *view);
+
+#endif

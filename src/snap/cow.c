@@ -1,0 +1,376 @@
+/*
+ * cow.c - copy-on-write into the active snapshot.
+ *
+ * Three doors lead to a block changing, and each is watched here:
+ *  - a write through the block I/O layer (metadata, +C file data, anything
+ *    libext2fs writes): the old content is *copied* into a newly allocated
+ *    snapshot block (cow_write_hook);
+ *  - a block being freed (truncate, punch, unlink, extent tree shrink):
+ *    the block is kept allocated and *moved* into the snapshot as it is
+ *    (on_block_stats);
+ *  - a file data overwrite: the file gets a new block and the old one is
+ *    moved into the snapshot without copying (nx_snap_prepare_overwrite).
+ *
+ * The snapshot inode's own block map cannot be updated while libext2fs is
+ * in the middle of the operation that triggered the preservation (the
+ * hook runs inside ext2fs_write_inode, ext2fs_punch, ...).  Decisions are
+ * therefore recorded in store->pending and in the snapshot's "mapped"
+ * bitmap at once, and written into the snapshot inode by
+ * nx_cow_apply_pending() once the operation is complete.  Until then every
+ * reader consults store->pending.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include "nextfs/blkio.h"
+#include "nextfs/inode.h"
+#include "snap_internal.h"
+
+static int in_fs_range(ext2_filsys fs, blk64_t blk)
+{
+	return blk >= fs->super->s_first_data_block &&
+	       blk < ext2fs_blocks_count(fs->super);
+}
+
+int nx_cow_needs_preserve(struct nx_snapstore *store, blk64_t blk)
+{
+	ext2_filsys fs = store->vol->fs;
+	struct nx_snap *active = store->active;
+
+	if (!active || !in_fs_range(fs, blk))
+		return 0;
+	return ext2fs_test_block_bitmap2(store->cow_map, blk) &&
+	       !ext2fs_test_block_bitmap2(store->exclude, blk) &&
+	       !ext2fs_test_block_bitmap2(active->mapped, blk);
+}
+
+/* Record that the active snapshot now holds the old N at physical B. */
+static errcode_t record_preserved(struct nx_snapstore *store, blk64_t n,
+				  blk64_t b)
+{
+	ext2fs_mark_block_bitmap2(store->active->mapped, n);
+	ext2fs_mark_block_bitmap2(store->exclude, b);
+	store->preserved++;
+	return nx_blkmap_put(&store->pending, n, b);
+}
+
+/* Allocate a block for the snapshot (may use the COW reserve). */
+static errcode_t alloc_snapshot_block(struct nx_snapstore *store,
+				      blk64_t goal, blk64_t *ret)
+{
+	ext2_filsys fs = store->vol->fs;
+	errcode_t err;
+
+	err = ext2fs_new_block2(fs, goal, NULL, ret);
+	if (err == EXT2_ET_BLOCK_ALLOC_FAIL)
+		return ENOSPC;
+	if (err)
+		return err;
+	store->busy++;
+	ext2fs_block_alloc_stats2(fs, *ret, +1);
+	store->busy--;
+	return 0;
+}
+
+static void release_block(struct nx_snapstore *store, blk64_t blk)
+{
+	store->busy++;
+	ext2fs_block_alloc_stats2(store->vol->fs, blk, -1);
+	store->busy--;
+}
+
+/* Copy the old content OLD of block N into the active snapshot. */
+static errcode_t preserve_by_copy(struct nx_snapstore *store, blk64_t n,
+				  const void *old)
+{
+	ext2_filsys fs = store->vol->fs;
+	blk64_t b;
+	errcode_t err;
+
+	err = alloc_snapshot_block(store, store->copy_goal ?
+				   store->copy_goal : n, &b);
+	if (err)
+		return err;
+	err = nx_blkio_pwrite_raw(store->vol->io, old, fs->blocksize,
+				  b * fs->blocksize);
+	if (err) {
+		release_block(store, b);
+		return err;
+	}
+	store->copy_goal = b + 1;
+	return record_preserved(store, n, b);
+}
+
+/*
+ * blkio write hook: before bytes [off, off+len) are overwritten with DATA,
+ * copy every block the active snapshot still needs.  A block whose bytes
+ * the write leaves unchanged is not preserved: libext2fs rewrites
+ * unchanged bitmaps and descriptors on every flush, and copying those
+ * would make every snapshot grow with the volume size (P7).
+ */
+static errcode_t cow_write_hook(void *priv, uint64_t off, uint64_t len,
+				const void *data)
+{
+	struct nx_snapstore *store = priv;
+	ext2_filsys fs = store->vol->fs;
+	uint64_t bs = fs->blocksize, end = off + len;
+	blk64_t blk;
+	char *old = NULL;
+	errcode_t err = 0;
+
+	if (!store->active || !len)
+		return 0;
+	for (blk = off / bs; blk * bs < end; blk++) {
+		uint64_t from = blk * bs > off ? blk * bs : off;
+		uint64_t to = (blk + 1) * bs < end ? (blk + 1) * bs : end;
+
+		if (!nx_cow_needs_preserve(store, blk))
+			continue;
+		if (!old) {
+			old = malloc(bs);
+			if (!old)
+				return EXT2_ET_NO_MEMORY;
+		}
+		err = nx_blkio_pread(store->vol->io, old, bs, blk * bs);
+		if (err)
+			break;
+		if (!memcmp(old + (from - blk * bs),
+			    (const char *)data + (from - off), to - from))
+			continue;
+		err = preserve_by_copy(store, blk, old);
+		if (err)
+			break;
+	}
+	free(old);
+	return err;
+}
+
+/*
+ * A block is being freed.  If the active snapshot still needs it, keep it
+ * allocated and hand it to the snapshot as it is (a move, no copy).
+ */
+static void note_freed_block(struct nx_snapstore *store, blk64_t blk)
+{
+	ext2_filsys fs = store->vol->fs;
+
+	if (store->keep && in_fs_range(fs, blk) &&
+	    ext2fs_test_block_bitmap2(store->keep, blk)) {
+		/* A deleted snapshot's block that an older one inherits. */
+		store->busy++;
+		ext2fs_block_alloc_stats2(fs, blk, +1);
+		store->busy--;
+		ext2fs_mark_block_bitmap2(store->exclude, blk);
+		return;
+	}
+	if (nx_cow_needs_preserve(store, blk)) {
+		store->busy++;
+		ext2fs_block_alloc_stats2(fs, blk, +1);
+		store->busy--;
+		/*
+		 * Out of memory here would lose the mapping of a block we
+		 * keep allocated: the block leaks (e2fsck finds it) but no
+		 * snapshot content is lost.  Nothing better is possible from
+		 * inside libext2fs's void callback.
+		 */
+		(void)record_preserved(store, blk, blk);
+		return;
+	}
+	if (in_fs_range(fs, blk))
+		ext2fs_unmark_block_bitmap2(store->exclude, blk);
+}
+
+static void note_allocated_block(struct nx_snapstore *store, blk64_t blk)
+{
+	if (store->for_snapshot)
+		ext2fs_mark_block_bitmap2(store->exclude, blk);
+}
+
+static void on_block_stats(ext2_filsys fs, blk64_t blk, int inuse)
+{
+	struct nx_snapstore *store = fs_store(fs);
+
+	if (store->old_stats)
+		store->old_stats(fs, blk, inuse);
+	if (store->busy)
+		return;
+	if (inuse > 0)
+		note_allocated_block(store, blk);
+	else
+		note_freed_block(store, blk);
+}
+
+static void on_block_range_stats(ext2_filsys fs, blk64_t blk, blk_t num,
+				 int inuse)
+{
+	struct nx_snapstore *store = fs_store(fs);
+	blk_t i;
+
+	if (store->old_range_stats)
+		store->old_range_stats(fs, blk, num, inuse);
+	if (store->busy)
+		return;
+	for (i = 0; i < num; i++) {
+		if (inuse > 0)
+			note_allocated_block(store, blk + i);
+		else
+			note_freed_block(store, blk + i);
+	}
+}
+
+void nx_cow_install(struct nx_snapstore *store)
+{
+	ext2_filsys fs = store->vol->fs;
+
+	fs->priv_data = store;
+	ext2fs_set_block_alloc_stats_callback(fs, on_block_stats,
+					      &store->old_stats);
+	ext2fs_set_block_alloc_stats_range_callback(fs, on_block_range_stats,
+						    &store->old_range_stats);
+	if (store->vol->io)
+		nx_blkio_set_hook(store->vol->io, cow_write_hook, store);
+}
+
+void nx_cow_uninstall(struct nx_snapstore *store)
+{
+	ext2_filsys fs = store->vol->fs;
+	void (*dummy)(ext2_filsys, blk64_t, int);
+	void (*dummy_range)(ext2_filsys, blk64_t, blk_t, int);
+
+	if (store->vol->io)
+		nx_blkio_set_hook(store->vol->io, NULL, NULL);
+	ext2fs_set_block_alloc_stats_callback(fs, store->old_stats, &dummy);
+	ext2fs_set_block_alloc_stats_range_callback(fs, store->old_range_stats,
+						    &dummy_range);
+	fs->priv_data = NULL;
+}
+
+/*
+ * Write the pending mappings into the active snapshot's inode.  Doing so
+ * writes the inode and may rewrite metadata the snapshot itself needs
+ * (its inode table block), which adds new pending entries: loop until
+ * none is left.  Each block is preserved at most once, so this ends.
+ */
+errcode_t nx_cow_apply_pending(struct nx_snapstore *store)
+{
+	ext2_filsys fs = store->vol->fs;
+	struct nx_blkmap batch = { 0 };
+	struct ext2_inode_large inode;
+	errcode_t err = 0;
+	size_t i;
+
+	if (store->applying || !store->active)
+		return 0;
+	store->applying = 1;
+	while (store->pending.count && !err) {
+		blk64_t added = 0;
+
+		/* Take the batch; the hook may refill store->pending. */
+		batch = store->pending;
+		memset(&store->pending, 0, sizeof(store->pending));
+		store->for_snapshot = 1;
+		for (i = 0; i < batch.cap && !err; i++) {
+			blk64_t n, b;
+
+			if (!batch.keys[i])
+				continue;
+			n = batch.keys[i] - 1;
+			b = batch.vals[i];
+			err = ext2fs_bmap2(fs, store->active->ino, NULL, NULL,
+					   BMAP_SET | BMAP_ALLOC, n, NULL, &b);
+			if (!err)
+				added++;
+		}
+		store->for_snapshot = 0;
+		if (!err)
+			err = nx_inode_read(store->vol, store->active->ino,
+					    &inode);
+		if (!err) {
+			ext2fs_iblk_add_blocks(fs, (struct ext2_inode *)&inode,
+					       added);
+			err = nx_inode_write(store->vol, store->active->ino,
+					     &inode);
+		}
+		if (err) {
+			/* Keep what is not in the inode yet for a retry. */
+			for (i = 0; i < batch.cap; i++)
+				if (batch.keys[i])
+					nx_blkmap_put(&store->pending,
+						      batch.keys[i] - 1,
+						      batch.vals[i]);
+		}
+		nx_blkmap_free(&batch);
+	}
+	store->applying = 0;
+	return err;
+}
+
+errcode_t nx_snap_prepare_overwrite(struct nx_volume *vol, ext2_ino_t ino,
+				    struct ext2_inode_large *inode,
+				    blk64_t lblk, blk64_t pblk,
+				    blk64_t *newpblk)
+{
+	struct nx_snapstore *store = vol->snap;
+	ext2_filsys fs = vol->fs;
+	blk64_t nb;
+	errcode_t err;
+
+	*newpblk = pblk;
+	if (!store || !nx_cow_needs_preserve(store, pblk))
+		return 0;
+	if (inode->i_flags & FS_NOCOW_FL)
+		return 0;	/* copied by the write hook, stays in place */
+	err = nx_snap_check_space(vol, 1);
+	if (err)
+		return err;
+	err = ext2fs_new_block2(fs, pblk, NULL, &nb);
+	if (err)
+		return err == EXT2_ET_BLOCK_ALLOC_FAIL ? ENOSPC : err;
+	store->busy++;
+	ext2fs_block_alloc_stats2(fs, nb, +1);
+	store->busy--;
+	/* Remapping may rewrite extent/indirect blocks: those go via the hook. */
+	err = ext2fs_bmap2(fs, ino, (struct ext2_inode *)inode, NULL, BMAP_SET,
+			   lblk, NULL, &nb);
+	if (err) {
+		release_block(store, nb);
+		return err;
+	}
+	err = record_preserved(store, pblk, pblk);
+	if (err)
+		return err;
+	*newpblk = nb;
+	return 0;
+}
+
+/*
+ * Make SNAP the snapshot that receives copy-on-write.  FRESH: it is being
+ * taken right now, so the in-memory bitmap (just flushed) is its take-time
+ * map; otherwise read that map through the snapshot's own view.
+ */
+errcode_t nx_cow_set_active(struct nx_snapstore *store, struct nx_snap *snap,
+			    int fresh)
+{
+	ext2_filsys fs = store->vol->fs;
+	ext2fs_block_bitmap map = NULL;
+	errcode_t err = 0;
+
+	if (store->cow_map) {
+		ext2fs_free_block_bitmap(store->cow_map);
+		store->cow_map = NULL;
+	}
+	store->active = NULL;
+	store->copy_goal = 0;
+	if (!snap)
+		return 0;
+	if (fresh)
+		err = ext2fs_copy_bitmap(fs->block_map, &map);
+	else
+		err = nx_snap_read_take_bitmap(store, nx_snap_index(store,
+								    snap->ino),
+					       &map);
+	if (err)
+		return err;
+	store->cow_map = map;
+	store->active = snap;
+	return 0;
+}

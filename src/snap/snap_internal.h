@@ -1,0 +1,78 @@
+/*
+ * snap_internal.h - state shared by the snapshot modules (not a public
+ * contract: snapstore.c owns it, cow.c and snapview.c work on it).
+ */
+#ifndef NEXTFS_SNAP_INTERNAL_H
+#define NEXTFS_SNAP_INTERNAL_H
+
+#include <stddef.h>
+#include <ext2fs/ext2fs.h>
+#include "nextfs/snapshot.h"
+
+/* ext4-snapshots' i_next_snapshot lives in the reserved l_i_version. */
+#define snap_next(inode) ((inode)->osd1.linux1.l_i_version)
+
+/* Open-addressing map N -> B for mappings not yet in the snapshot inode. */
+struct nx_blkmap {
+	blk64_t *keys;			/* stored as N + 1; 0 = empty slot */
+	blk64_t *vals;
+	size_t cap;			/* power of two */
+	size_t count;
+};
+
+int nx_blkmap_get(const struct nx_blkmap *m, blk64_t key, blk64_t *val);
+errcode_t nx_blkmap_put(struct nx_blkmap *m, blk64_t key, blk64_t val);
+void nx_blkmap_clear(struct nx_blkmap *m);
+void nx_blkmap_free(struct nx_blkmap *m);
+
+struct nx_snap {
+	ext2_ino_t ino;
+	uint32_t id;
+	ext2_ino_t next;		/* next older snapshot, 0 for the oldest */
+	struct timespec taken;
+	char name[NX_NAME_MAX + 1];
+	ext2fs_block_bitmap mapped;	/* logical blocks this snapshot maps */
+};
+
+struct nx_snapstore {
+	struct nx_volume *vol;
+	struct nx_snap **snaps;		/* oldest first */
+	int nsnaps;
+	ext2_ino_t dir;			/* /.snapshots, 0 if absent */
+	struct nx_snap *active;		/* newest; NULL when no snapshot */
+	ext2fs_block_bitmap cow_map;	/* blocks in use at the active's take */
+	ext2fs_block_bitmap exclude;	/* blocks owned by snapshot files */
+	struct nx_blkmap pending;	/* active's N -> B not yet in its inode */
+	int busy;			/* our own alloc-stats calls in flight */
+	int for_snapshot;		/* libext2fs is mapping snapshot blocks */
+	int applying;			/* apply_pending is running */
+	ext2fs_block_bitmap keep;	/* blocks a delete hands to an older snapshot */
+	unsigned long preserved;	/* count of preservations, ever */
+	blk64_t copy_goal;		/* where the next copy is allocated */
+	void (*old_stats)(ext2_filsys, blk64_t, int);
+	void (*old_range_stats)(ext2_filsys, blk64_t, blk_t, int);
+};
+
+static inline struct nx_snapstore *fs_store(ext2_filsys fs)
+{
+	return fs->priv_data;
+}
+
+/* cow.c */
+void nx_cow_install(struct nx_snapstore *store);
+void nx_cow_uninstall(struct nx_snapstore *store);
+int nx_cow_needs_preserve(struct nx_snapstore *store, blk64_t blk);
+errcode_t nx_cow_apply_pending(struct nx_snapstore *store);
+errcode_t nx_cow_set_active(struct nx_snapstore *store, struct nx_snap *snap,
+			    int fresh);
+
+/* snapview.c */
+errcode_t nx_snap_resolve(struct nx_snapstore *store, int idx, blk64_t blk,
+			  blk64_t *phys);
+errcode_t nx_snap_read_take_bitmap(struct nx_snapstore *store, int idx,
+				   ext2fs_block_bitmap *map);
+
+/* snapstore.c */
+int nx_snap_index(struct nx_snapstore *store, ext2_ino_t ino);
+
+#endif

@@ -1,0 +1,871 @@
+/*
+ * snapstore.c - the snapshot list: load it at mount, take, delete, list.
+ *
+ * On disk (DESIGN.md section 1): each snapshot is a regular file in
+ * /.snapshots with EXT4_SNAPFILE_FL, i_generation = id, the next older
+ * snapshot's inode in l_i_version, i_size = whole volume.  The superblock
+ * points at the newest (s_snapshot_list) which is also the active one
+ * (s_snapshot_inum/s_snapshot_id); RO_COMPAT_HAS_SNAPSHOT is set while any
+ * exists.  s_snapshot_id is the last id ever issued, so ids are never
+ * reused even when the newest snapshot is deleted (docs/snapshots.md).
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include "nextfs/blkio.h"
+#include "nextfs/inode.h"
+#include "snap_internal.h"
+
+#define MAX_SNAPSHOTS 1024
+
+static void set_msg(char *msg, size_t len, const char *text)
+{
+	if (msg && len)
+		snprintf(msg, len, "%s", text);
+}
+
+int nx_snap_index(struct nx_snapstore *store, ext2_ino_t ino)
+{
+	int i;
+
+	for (i = 0; i < store->nsnaps; i++)
+		if (store->snaps[i]->ino == ino)
+			return i;
+	return -1;
+}
+
+errcode_t nx_snap_name_check(const char *name)
+{
+	size_t len = strlen(name);
+
+	if (!len || !strcmp(name, ".") || !strcmp(name, "..") ||
+	    strchr(name, '/'))
+		return EINVAL;
+	if (len > NX_NAME_MAX)
+		return ENAMETOOLONG;
+	return 0;
+}
+
+static void free_snap(struct nx_snap *s)
+{
+	if (!s)
+		return;
+	if (s->mapped)
+		ext2fs_free_block_bitmap(s->mapped);
+	free(s);
+}
+
+static errcode_t new_snap(ext2_filsys fs, struct nx_snap **ret)
+{
+	struct nx_snap *s = calloc(1, sizeof(*s));
+	errcode_t err;
+
+	if (!s)
+		return EXT2_ET_NO_MEMORY;
+	err = ext2fs_allocate_block_bitmap(fs, "snapshot map", &s->mapped);
+	if (err) {
+		free(s);
+		return err;
+	}
+	*ret = s;
+	return 0;
+}
+
+struct scan_blocks {
+	struct nx_snapstore *store;
+	struct nx_snap *snap;
+	blk64_t count;
+};
+
+/* Every block a snapshot file owns is excluded; data blocks are mapped N. */
+static int scan_block(ext2_filsys fs, blk64_t *blocknr, e2_blkcnt_t blockcnt,
+		      blk64_t ref_blk, int ref_offset, void *priv)
+{
+	struct scan_blocks *sb = priv;
+
+	if (*blocknr < fs->super->s_first_data_block ||
+	    *blocknr >= ext2fs_blocks_count(fs->super))
+		return BLOCK_ABORT;
+	ext2fs_mark_block_bitmap2(sb->store->exclude, *blocknr);
+	if (blockcnt >= (e2_blkcnt_t)fs->super->s_first_data_block &&
+	    (blk64_t)blockcnt < ext2fs_blocks_count(fs->super))
+		ext2fs_mark_block_bitmap2(sb->snap->mapped, blockcnt);
+	sb->count++;
+	return 0;
+}
+
+static errcode_t scan_snapshot_blocks(struct nx_snapstore *store,
+				      struct nx_snap *s)
+{
+	struct scan_blocks sb = { store, s, 0 };
+
+	return ext2fs_block_iterate3(store->vol->fs, s->ino,
+				     BLOCK_FLAG_READ_ONLY, NULL, scan_block,
+				     &sb);
+}
+
+struct name_scan {
+	struct nx_snapstore *store;
+};
+
+static int name_of_entry(struct ext2_dir_entry *dirent, int offset,
+			 int blocksize, char *buf, void *priv)
+{
+	struct name_scan *ns = priv;
+	int len = ext2fs_dirent_name_len(dirent);
+	int i = nx_snap_index(ns->store, dirent->inode);
+
+	if (i >= 0 && !ns->store->snaps[i]->name[0]) {
+		memcpy(ns->store->snaps[i]->name, dirent->name, len);
+		ns->store->snaps[i]->name[len] = 0;
+	}
+	return 0;
+}
+
+static errcode_t load_names(struct nx_snapstore *store)
+{
+	struct name_scan ns = { store };
+	int i;
+
+	if (store->dir) {
+		errcode_t err = ext2fs_dir_iterate(store->vol->fs, store->dir, 0,
+						   NULL, name_of_entry, &ns);
+		if (err)
+			return err;
+	}
+	/* An unnamed snapshot still gets a usable name. */
+	for (i = 0; i < store->nsnaps; i++)
+		if (!store->snaps[i]->name[0])
+			snprintf(store->snaps[i]->name, sizeof(store->snaps[i]->name),
+				 "unnamed-%u", store->snaps[i]->id);
+	return 0;
+}
+
+/* Follow s_snapshot_list -> i_next_snapshot, validating each inode. */
+static errcode_t load_list(struct nx_snapstore *store, char *msg, size_t msglen)
+{
+	ext2_filsys fs = store->vol->fs;
+	struct nx_snap *chain[MAX_SNAPSHOTS];
+	ext2_ino_t ino = fs->super->s_snapshot_list;
+	struct ext2_inode_large inode;
+	int n = 0, i;
+	errcode_t err = 0;
+
+	while (ino) {
+		struct nx_snap *s;
+
+		if (n == MAX_SNAPSHOTS || ino < EXT2_FIRST_INO(fs->super) ||
+		    ino > fs->super->s_inodes_count) {
+			set_msg(msg, msglen, "snapshot list is corrupt (bad "
+				"inode number or loop); run 'nextfs check'");
+			err = EXT2_ET_FILESYSTEM_CORRUPTED;
+			goto fail;
+		}
+		err = nx_inode_read(store->vol, ino, &inode);
+		if (err)
+			goto fail;
+		if (!(inode.i_flags & EXT4_SNAPFILE_FL) ||
+		    !LINUX_S_ISREG(inode.i_mode) || !inode.i_links_count) {
+			set_msg(msg, msglen, "snapshot list points at an inode "
+				"that is not a snapshot; run 'nextfs check'");
+			err = EXT2_ET_FILESYSTEM_CORRUPTED;
+			goto fail;
+		}
+		err = new_snap(fs, &s);
+		if (err)
+			goto fail;
+		chain[n++] = s;
+		s->ino = ino;
+		s->id = inode.i_generation;
+		s->next = snap_next(&inode);
+		nx_inode_get_time(&inode, NX_MTIME, &s->taken);
+		ino = s->next;
+		for (i = 0; i < n - 1; i++)
+			if (chain[i]->ino == ino)
+				ino = (ext2_ino_t)-1;	/* loop: caught above */
+	}
+	store->snaps = calloc(n ? n : 1, sizeof(*store->snaps));
+	if (!store->snaps) {
+		err = EXT2_ET_NO_MEMORY;
+		goto fail;
+	}
+	for (i = 0; i < n; i++)
+		store->snaps[i] = chain[n - 1 - i];	/* oldest first */
+	store->nsnaps = n;
+	for (i = 0; i < n; i++) {
+		err = scan_snapshot_blocks(store, store->snaps[i]);
+		if (err) {
+			set_msg(msg, msglen, "cannot read a snapshot's block "
+				"map; run 'nextfs check'");
+			return err;
+		}
+	}
+	return load_names(store);
+fail:
+	for (i = 0; i < n; i++)
+		free_snap(chain[i]);
+	return err;
+}
+
+static void free_store(struct nx_snapstore *store)
+{
+	int i;
+
+	for (i = 0; i < store->nsnaps; i++)
+		free_snap(store->snaps[i]);
+	free(store->snaps);
+	if (store->cow_map)
+		ext2fs_free_block_bitmap(store->cow_map);
+	if (store->exclude)
+		ext2fs_free_block_bitmap(store->exclude);
+	nx_blkmap_free(&store->pending);
+	free(store);
+}
+
+static errcode_t find_snapdir(struct nx_snapstore *store)
+{
+	ext2_filsys fs = store->vol->fs;
+	errcode_t err;
+
+	err = ext2fs_lookup(fs, EXT2_ROOT_INO, NX_SNAPDIR_NAME,
+			    strlen(NX_SNAPDIR_NAME), NULL, &store->dir);
+	if (err == EXT2_ET_FILE_NOT_FOUND) {
+		store->dir = 0;
+		return 0;
+	}
+	return err;
+}
+
+errcode_t nx_snap_attach(struct nx_volume *vol, char *msg, size_t msglen)
+{
+	ext2_filsys fs = vol->fs;
+	struct nx_snapstore *store;
+	errcode_t err;
+	int i;
+
+	store = calloc(1, sizeof(*store));
+	if (!store)
+		return EXT2_ET_NO_MEMORY;
+	store->vol = vol;
+	err = ext2fs_allocate_block_bitmap(fs, "snapshot exclude",
+					   &store->exclude);
+	if (err)
+		goto fail;
+	err = find_snapdir(store);
+	if (err)
+		goto fail;
+	if (ext2fs_has_feature_has_snapshot(fs->super)) {
+		err = load_list(store, msg, msglen);
+		if (err)
+			goto fail;
+	}
+	vol->snap = store;
+	nx_cow_install(store);
+	if (!nx_volume_rdonly(vol) && store->nsnaps &&
+	    fs->super->s_snapshot_inum) {
+		i = nx_snap_index(store, fs->super->s_snapshot_inum);
+		if (i != store->nsnaps - 1) {
+			set_msg(msg, msglen, "the active snapshot is not the "
+				"newest one; run 'nextfs check'");
+			err = EXT2_ET_FILESYSTEM_CORRUPTED;
+			nx_snap_detach(vol);
+			return err;
+		}
+		err = nx_cow_set_active(store, store->snaps[i], 0);
+		if (err) {
+			set_msg(msg, msglen, "cannot read the active snapshot's "
+				"block bitmap");
+			nx_snap_detach(vol);
+			return err;
+		}
+	}
+	return 0;
+fail:
+	free_store(store);
+	return err;
+}
+
+void nx_snap_detach(struct nx_volume *vol)
+{
+	struct nx_snapstore *store = vol->snap;
+
+	if (!store)
+		return;
+	nx_cow_uninstall(store);
+	free_store(store);
+	vol->snap = NULL;
+}
+
+int nx_snap_count(struct nx_volume *vol)
+{
+	return vol->snap ? vol->snap->nsnaps : 0;
+}
+
+ext2_ino_t nx_snap_dir_ino(struct nx_volume *vol)
+{
+	return vol->snap ? vol->snap->dir : 0;
+}
+
+static void fill_info(struct nx_snapstore *store, struct nx_snap *s,
+		      struct nx_snapinfo *info)
+{
+	struct ext2_inode_large inode;
+
+	memset(info, 0, sizeof(*info));
+	snprintf(info->name, sizeof(info->name), "%s", s->name);
+	info->ino = s->ino;
+	info->id = s->id;
+	info->taken = s->taken;
+	info->active = s == store->active;
+	if (!nx_inode_read(store->vol, s->ino, &inode))
+		info->blocks = ext2fs_get_stat_i_blocks(store->vol->fs,
+				(struct ext2_inode *)&inode) /
+			       (store->vol->fs->blocksize / 512);
+}
+
+static struct nx_snap *find_by_name(struct nx_snapstore *store,
+				    const char *name)
+{
+	int i;
+
+	for (i = 0; i < store->nsnaps; i++)
+		if (!strcmp(store->snaps[i]->name, name))
+			return store->snaps[i];
+	return NULL;
+}
+
+errcode_t nx_snap_find(struct nx_volume *vol, const char *name,
+		       struct nx_snapinfo *info)
+{
+	struct nx_snap *s;
+
+	if (!vol->snap || !(s = find_by_name(vol->snap, name)))
+		return ENOENT;
+	if (info)
+		fill_info(vol->snap, s, info);
+	return 0;
+}
+
+errcode_t nx_snap_list(struct nx_volume *vol, struct nx_snapinfo **list,
+		       int *count)
+{
+	struct nx_snapstore *store = vol->snap;
+	int i, n = store ? store->nsnaps : 0;
+
+	*list = calloc(n ? n : 1, sizeof(**list));
+	if (!*list)
+		return EXT2_ET_NO_MEMORY;
+	for (i = 0; i < n; i++)
+		fill_info(store, store->snaps[i], &(*list)[i]);
+	*count = n;
+	return 0;
+}
+
+/*
+ * Blocks held back for copying metadata while a snapshot is active: every
+ * inode table, bitmap and descriptor block may need one copy, plus room
+ * for directory/extent/indirect blocks in proportion to the data.  Live
+ * allocations fail with ENOSPC before they eat into this (P9).
+ */
+static blk64_t cow_reserve(ext2_filsys fs)
+{
+	blk64_t total = ext2fs_blocks_count(fs->super);
+	blk64_t used = total - ext2fs_free_blocks_count(fs->super);
+	blk64_t r;
+
+	r = (blk64_t)fs->inode_blocks_per_group * fs->group_desc_count +
+	    2 * (blk64_t)fs->group_desc_count + fs->desc_blocks + 16 +
+	    used / 64;
+	if (r > total / 8)
+		r = total / 8;
+	return r;
+}
+
+errcode_t nx_snap_check_space(struct nx_volume *vol, blk64_t want)
+{
+	ext2_filsys fs = vol->fs;
+
+	if (!vol->snap || !vol->snap->active)
+		return 0;
+	if (ext2fs_free_blocks_count(fs->super) <
+	    want + fs->super->s_snapshot_r_blocks_count)
+		return ENOSPC;
+	return 0;
+}
+
+errcode_t nx_snap_flush(struct nx_volume *vol)
+{
+	struct nx_snapstore *store = vol->snap;
+	ext2_filsys fs = vol->fs;
+	unsigned long before;
+	errcode_t err;
+	int round;
+
+	if (!store)
+		return ext2fs_flush2(fs, 0);
+	/*
+	 * Writing bitmaps and descriptors may preserve blocks, which
+	 * allocates, which dirties bitmaps and descriptors already written:
+	 * repeat until a flush preserves nothing.  Each block is preserved
+	 * once, so a few rounds suffice.
+	 */
+	for (round = 0; round < 16; round++) {
+		err = nx_cow_apply_pending(store);
+		if (err)
+			return err;
+		before = store->preserved;
+		err = ext2fs_flush2(fs, 0);
+		if (err)
+			return err;
+		if (store->preserved == before && !store->pending.count)
+			return 0;
+		ext2fs_mark_bb_dirty(fs);
+		ext2fs_mark_super_dirty(fs);
+	}
+	return EXT2_ET_FILESYSTEM_CORRUPTED;
+}
+
+/* Link NAME -> INO in DIR, growing the directory when it is full. */
+static errcode_t link_name(ext2_filsys fs, ext2_ino_t dir, const char *name,
+			   ext2_ino_t ino, int type)
+{
+	errcode_t err = ext2fs_link(fs, dir, name, ino, type);
+
+	if (err == EXT2_ET_DIR_NO_SPACE) {
+		err = ext2fs_expand_dir(fs, dir);
+		if (!err)
+			err = ext2fs_link(fs, dir, name, ino, type);
+	}
+	return err;
+}
+
+static errcode_t make_snapdir(struct nx_snapstore *store)
+{
+	struct nx_volume *vol = store->vol;
+	ext2_filsys fs = vol->fs;
+	struct ext2_inode_large inode;
+	errcode_t err;
+
+	err = ext2fs_mkdir(fs, EXT2_ROOT_INO, 0, NX_SNAPDIR_NAME);
+	if (err == EXT2_ET_DIR_NO_SPACE) {
+		err = ext2fs_expand_dir(fs, EXT2_ROOT_INO);
+		if (!err)
+			err = ext2fs_mkdir(fs, EXT2_ROOT_INO, 0,
+					   NX_SNAPDIR_NAME);
+	}
+	if (err)
+		return err;
+	err = find_snapdir(store);
+	if (err)
+		return err;
+	err = nx_inode_read(vol, store->dir, &inode);
+	if (err)
+		return err;
+	/* Only root may look at the raw snapshot files. */
+	inode.i_mode = LINUX_S_IFDIR | 0700;
+	inode.i_uid = inode.i_gid = 0;
+	ext2fs_set_i_uid_high(inode, 0);
+	ext2fs_set_i_gid_high(inode, 0);
+	return nx_inode_write(vol, store->dir, &inode);
+}
+
+static errcode_t remove_snapdir(struct nx_snapstore *store)
+{
+	struct nx_volume *vol = store->vol;
+	struct ext2_inode_large inode;
+	errcode_t err;
+
+	err = ext2fs_unlink(vol->fs, EXT2_ROOT_INO, NX_SNAPDIR_NAME,
+			    store->dir, 0);
+	if (err)
+		return err;
+	err = nx_inode_read(vol, store->dir, &inode);
+	if (err)
+		return err;
+	inode.i_links_count = 0;
+	err = nx_inode_write(vol, store->dir, &inode);
+	if (!err)
+		err = nx_inode_release(vol, store->dir);
+	if (err)
+		return err;
+	err = nx_inode_read(vol, EXT2_ROOT_INO, &inode);
+	if (err)
+		return err;
+	if (inode.i_links_count > 1)
+		inode.i_links_count--;
+	nx_inode_touch(&inode, NX_TOUCH_MTIME | NX_TOUCH_CTIME);
+	err = nx_inode_write(vol, EXT2_ROOT_INO, &inode);
+	store->dir = 0;
+	return err;
+}
+
+/* The largest volume a snapshot file can cover (identity mapping). */
+static errcode_t check_mappable(ext2_filsys fs)
+{
+	blk64_t total = ext2fs_blocks_count(fs->super);
+	blk64_t per = fs->blocksize / 4, max;
+
+	if (ext2fs_has_feature_extents(fs->super))
+		max = (1ULL << 32) - 1;
+	else
+		max = EXT2_NDIR_BLOCKS + per + per * per + per * per * per;
+	return total > max ? EFBIG : 0;
+}
+
+static errcode_t create_snapshot_inode(struct nx_snapstore *store,
+				       const char *name, uint32_t id,
+				       ext2_ino_t *ret)
+{
+	struct nx_volume *vol = store->vol;
+	ext2_filsys fs = vol->fs;
+	struct ext2_inode_large inode;
+	struct nx_cred root = { 0 };
+	ext2_ino_t ino;
+	errcode_t err;
+
+	err = nx_inode_new(vol, &root, store->dir, LINUX_S_IFREG | 0400, &ino,
+			   &inode);
+	if (err)
+		return err;
+	inode.i_flags |= EXT4_SNAPFILE_FL;
+	inode.i_generation = id;
+	snap_next(&inode) = fs->super->s_snapshot_list;
+	err = ext2fs_inode_size_set(fs, (struct ext2_inode *)&inode,
+				    ext2fs_blocks_count(fs->super) *
+				    (blk64_t)fs->blocksize);
+	if (!err)
+		err = nx_inode_write(vol, ino, &inode);
+	if (!err)
+		err = link_name(fs, store->dir, name, ino, EXT2_FT_REG_FILE);
+	if (err) {
+		inode.i_links_count = 0;
+		nx_inode_write(vol, ino, &inode);
+		nx_inode_release(vol, ino);
+		return err;
+	}
+	*ret = ino;
+	return 0;
+}
+
+errcode_t nx_snap_take(struct nx_volume *vol, const char *name,
+		       struct nx_snapinfo *info)
+{
+	struct nx_snapstore *store = vol->snap;
+	ext2_filsys fs = vol->fs;
+	struct ext2_inode_large inode;
+	struct nx_snap *s = NULL, **grown;
+	uint32_t id;
+	errcode_t err;
+
+	if (!store)
+		return EOPNOTSUPP;
+	err = nx_snap_name_check(name);
+	if (err)
+		return err;
+	if (nx_volume_rdonly(vol))
+		return EROFS;
+	if (find_by_name(store, name))
+		return EEXIST;
+	if (store->nsnaps >= MAX_SNAPSHOTS)
+		return EMLINK;
+	err = check_mappable(fs);
+	if (err)
+		return err;
+	if (!store->dir) {
+		err = make_snapdir(store);
+		if (err)
+			return err;
+	}
+	err = new_snap(fs, &s);
+	if (err)
+		return err;
+	grown = realloc(store->snaps, (store->nsnaps + 1) * sizeof(*grown));
+	if (!grown) {
+		free_snap(s);
+		return EXT2_ET_NO_MEMORY;
+	}
+	store->snaps = grown;
+	id = fs->super->s_snapshot_id + 1;
+	err = create_snapshot_inode(store, name, id, &s->ino);
+	if (err) {
+		free_snap(s);
+		return err;
+	}
+	s->id = id;
+	s->next = fs->super->s_snapshot_list;
+	snprintf(s->name, sizeof(s->name), "%s", name);
+	err = nx_inode_read(vol, s->ino, &inode);
+	if (err)
+		goto fail;
+	nx_inode_get_time(&inode, NX_MTIME, &s->taken);
+
+	fs->super->s_snapshot_list = s->ino;
+	fs->super->s_snapshot_inum = s->ino;
+	fs->super->s_snapshot_id = id;
+	ext2fs_set_feature_has_snapshot(fs->super);
+	fs->super->s_snapshot_r_blocks_count = cow_reserve(fs);
+	ext2fs_mark_super_dirty(fs);
+	store->snaps[store->nsnaps++] = s;
+
+	/*
+	 * Everything up to here is what the previous snapshot (if any) sees
+	 * change.  Flush it all, then freeze: from now on the new snapshot
+	 * preserves every block in use at this instant.
+	 */
+	err = nx_snap_flush(vol);
+	if (err)
+		goto fail;
+	err = nx_cow_set_active(store, s, 1);
+	if (!err)
+		err = nx_blkio_flush(vol->io);
+	if (err)
+		return err;
+	if (info)
+		fill_info(store, s, info);
+	return 0;
+fail:
+	/* The inode stays linked; the next mount sees a consistent list. */
+	return err;
+}
+
+struct handover {
+	blk64_t *n, *b;
+	size_t count, cap;
+	ext2fs_block_bitmap need;	/* N the older snapshot needs */
+};
+
+static int collect_handover(ext2_filsys fs, blk64_t *blocknr,
+			    e2_blkcnt_t blockcnt, blk64_t ref_blk,
+			    int ref_offset, void *priv)
+{
+	struct handover *h = priv;
+
+	if (blockcnt < (e2_blkcnt_t)fs->super->s_first_data_block ||
+	    (blk64_t)blockcnt >= ext2fs_blocks_count(fs->super) ||
+	    !ext2fs_test_block_bitmap2(h->need, blockcnt))
+		return 0;
+	if (h->count == h->cap) {
+		size_t cap = h->cap ? h->cap * 2 : 256;
+		blk64_t *n = realloc(h->n, cap * sizeof(*n));
+		blk64_t *b = n ? realloc(h->b, cap * sizeof(*b)) : NULL;
+
+		if (n)
+			h->n = n;
+		if (!n || !b)
+			return BLOCK_ABORT;
+		h->b = b;
+		h->cap = cap;
+	}
+	h->n[h->count] = blockcnt;
+	h->b[h->count] = *blocknr;
+	h->count++;
+	return 0;
+}
+
+/*
+ * Which blocks does OLDER (index IDX) still need from the snapshot being
+ * deleted: in use at its take, not owned then by a snapshot older than
+ * it, and not preserved by it yet.
+ */
+static errcode_t compute_need(struct nx_snapstore *store, int idx,
+			      ext2fs_block_bitmap *need)
+{
+	struct nx_snap *older = store->snaps[idx];
+	ext2fs_block_bitmap map = NULL, owned = NULL;
+	ext2_filsys fs = store->vol->fs;
+	blk64_t blk, end = ext2fs_blocks_count(fs->super);
+	errcode_t err;
+	int i;
+
+	err = nx_snap_read_take_bitmap(store, idx, &map);
+	if (err)
+		return err;
+	err = ext2fs_allocate_block_bitmap(fs, "older snapshots", &owned);
+	if (err)
+		goto out;
+	for (i = 0; i < idx; i++) {
+		struct nx_snapstore tmp = *store;
+		struct scan_blocks sb;
+
+		/* Reuse the scanner with a private exclude map. */
+		tmp.exclude = owned;
+		sb.store = &tmp;
+		sb.snap = store->snaps[i];
+		sb.count = 0;
+		err = ext2fs_block_iterate3(fs, store->snaps[i]->ino,
+					    BLOCK_FLAG_READ_ONLY, NULL,
+					    scan_block, &sb);
+		if (err)
+			goto out;
+	}
+	for (blk = fs->super->s_first_data_block; blk < end; blk++)
+		if (!ext2fs_test_block_bitmap2(map, blk) ||
+		    ext2fs_test_block_bitmap2(owned, blk) ||
+		    ext2fs_test_block_bitmap2(older->mapped, blk))
+			ext2fs_unmark_block_bitmap2(map, blk);
+	*need = map;
+	map = NULL;
+out:
+	if (map)
+		ext2fs_free_block_bitmap(map);
+	if (owned)
+		ext2fs_free_block_bitmap(owned);
+	return err;
+}
+
+/* Map the handed-over blocks into OLDER's inode. */
+static errcode_t adopt_blocks(struct nx_snapstore *store, struct nx_snap *older,
+			      struct handover *h)
+{
+	ext2_filsys fs = store->vol->fs;
+	struct ext2_inode_large inode;
+	errcode_t err = 0;
+	size_t i;
+
+	store->for_snapshot = 1;
+	for (i = 0; i < h->count && !err; i++) {
+		blk64_t b = h->b[i];
+
+		err = ext2fs_bmap2(fs, older->ino, NULL, NULL,
+				   BMAP_SET | BMAP_ALLOC, h->n[i], NULL, &b);
+		if (!err)
+			ext2fs_mark_block_bitmap2(older->mapped, h->n[i]);
+	}
+	store->for_snapshot = 0;
+	if (err)
+		return err;
+	err = nx_inode_read(store->vol, older->ino, &inode);
+	if (err)
+		return err;
+	ext2fs_iblk_add_blocks(fs, (struct ext2_inode *)&inode, h->count);
+	return nx_inode_write(store->vol, older->ino, &inode);
+}
+
+/* Free the snapshot file S, keeping the blocks listed in H allocated. */
+static errcode_t release_snapshot_file(struct nx_snapstore *store,
+				       struct nx_snap *s, struct handover *h)
+{
+	struct nx_volume *vol = store->vol;
+	ext2_filsys fs = vol->fs;
+	struct ext2_inode_large inode;
+	errcode_t err;
+	size_t i;
+
+	err = ext2fs_allocate_block_bitmap(fs, "handover", &store->keep);
+	if (err)
+		return err;
+	for (i = 0; i < h->count; i++)
+		ext2fs_mark_block_bitmap2(store->keep, h->b[i]);
+	err = ext2fs_punch(fs, s->ino, NULL, NULL, 0, ~0ULL);
+	ext2fs_free_block_bitmap(store->keep);
+	store->keep = NULL;
+	if (err)
+		return err;
+	err = ext2fs_unlink(fs, store->dir, s->name, s->ino, 0);
+	if (err)
+		return err;
+	err = nx_inode_read(vol, s->ino, &inode);
+	if (err)
+		return err;
+	inode.i_links_count = 0;
+	err = nx_inode_write(vol, s->ino, &inode);
+	if (!err)
+		err = nx_inode_release(vol, s->ino);
+	return err;
+}
+
+/* Unhook S (index IDX) from the on-disk chain. */
+static errcode_t unchain(struct nx_snapstore *store, int idx)
+{
+	struct nx_snap *s = store->snaps[idx];
+	ext2_filsys fs = store->vol->fs;
+	struct ext2_inode_large inode;
+	errcode_t err;
+
+	if (idx + 1 < store->nsnaps) {
+		struct nx_snap *newer = store->snaps[idx + 1];
+
+		err = nx_inode_read(store->vol, newer->ino, &inode);
+		if (err)
+			return err;
+		snap_next(&inode) = s->next;
+		newer->next = s->next;
+		return nx_inode_write(store->vol, newer->ino, &inode);
+	}
+	fs->super->s_snapshot_list = s->next;
+	ext2fs_mark_super_dirty(fs);
+	return 0;
+}
+
+errcode_t nx_snap_delete(struct nx_volume *vol, const char *name)
+{
+	struct nx_snapstore *store = vol->snap;
+	ext2_filsys fs = vol->fs;
+	struct handover h = { 0 };
+	struct nx_snap *s;
+	int idx, was_active;
+	errcode_t err;
+
+	if (!store || !(s = find_by_name(store, name)))
+		return ENOENT;
+	if (nx_volume_rdonly(vol))
+		return EROFS;
+	idx = nx_snap_index(store, s->ino);
+	was_active = s == store->active;
+	err = nx_cow_apply_pending(store);
+	if (err)
+		return err;
+	if (idx > 0) {
+		err = compute_need(store, idx - 1, &h.need);
+		if (err)
+			return err;
+		err = ext2fs_block_iterate3(fs, s->ino, BLOCK_FLAG_READ_ONLY,
+					    NULL, collect_handover, &h);
+		ext2fs_free_block_bitmap(h.need);
+		if (err)
+			goto out;
+	}
+	/* Stop preserving into S before its blocks go. */
+	if (was_active) {
+		err = nx_cow_set_active(store, NULL, 0);
+		if (err)
+			goto out;
+	}
+	err = unchain(store, idx);
+	if (!err)
+		err = release_snapshot_file(store, s, &h);
+	if (!err && idx > 0)
+		err = adopt_blocks(store, store->snaps[idx - 1], &h);
+	if (err)
+		goto out;
+	memmove(&store->snaps[idx], &store->snaps[idx + 1],
+		(store->nsnaps - idx - 1) * sizeof(*store->snaps));
+	store->nsnaps--;
+	free_snap(s);
+	if (was_active) {
+		struct nx_snap *older = idx > 0 ? store->snaps[idx - 1] : NULL;
+
+		fs->super->s_snapshot_inum = older ? older->ino : 0;
+		if (older)
+			err = nx_cow_set_active(store, older, 0);
+	}
+	if (!store->nsnaps) {
+		ext2fs_clear_feature_has_snapshot(fs->super);
+		fs->super->s_snapshot_inum = 0;
+		fs->super->s_snapshot_list = 0;
+		fs->super->s_snapshot_r_blocks_count = 0;
+		if (!err)
+			err = remove_snapdir(store);
+	}
+	ext2fs_mark_super_dirty(fs);
+	if (!err)
+		err = nx_snap_flush(vol);
+	if (!err)
+		err = nx_blkio_flush(vol->io);
+out:
+	free(h.n);
+	free(h.b);
+	return err;
+}

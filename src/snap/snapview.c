@@ -1,0 +1,330 @@
+/*
+ * snapview.c - read-only views of snapshots.
+ *
+ * A view is an ordinary libext2fs filesystem opened on an io_manager of
+ * ours that resolves each block N the way Next3 defined it: the viewed
+ * snapshot's own copy of N if it has one, else the next newer snapshot's,
+ * ..., else the live device.  Everything above (inodes, directories, the
+ * file data path) then works unchanged on the view.  The superblock read
+ * through a view carries EXT2_FLAGS_IS_SNAPSHOT.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "nextfs/blkio.h"
+#include "snap_internal.h"
+
+struct view_ctx {
+	struct nx_snapstore *store;
+	ext2_ino_t snap_ino;		/* which snapshot (index looked up per read) */
+	char name[64];
+	struct view_ctx *next;		/* registry of open views */
+};
+
+static struct struct_io_manager view_manager;
+
+/* io_manager open() gets only a name: views register themselves here. */
+static struct view_ctx *view_registry;
+
+/*
+ * Physical block that holds N as snapshot IDX saw it.  Called with the
+ * live volume locked.
+ */
+errcode_t nx_snap_resolve(struct nx_snapstore *store, int idx, blk64_t n,
+			  blk64_t *phys)
+{
+	ext2_filsys fs = store->vol->fs;
+	errcode_t err;
+	int i;
+
+	*phys = n;
+	if (n < fs->super->s_first_data_block ||
+	    n >= ext2fs_blocks_count(fs->super))
+		return 0;
+	for (i = idx; i < store->nsnaps; i++) {
+		struct nx_snap *s = store->snaps[i];
+		blk64_t b = 0;
+
+		if (!ext2fs_test_block_bitmap2(s->mapped, n))
+			continue;
+		if (s == store->active && nx_blkmap_get(&store->pending, n, &b)) {
+			*phys = b;
+			return 0;
+		}
+		err = ext2fs_bmap2(fs, s->ino, NULL, NULL, 0, n, NULL, &b);
+		if (err)
+			return err;
+		if (b) {
+			*phys = b;
+			return 0;
+		}
+	}
+	return 0;
+}
+
+static struct view_ctx *chan_view(io_channel channel)
+{
+	return channel->private_data;
+}
+
+/* Mark a superblock read through a view as a snapshot image. */
+static void patch_superblock(struct view_ctx *v, char *buf, uint64_t off,
+			     uint64_t len)
+{
+	struct ext2_super_block sb;
+	ext2_filsys fs = v->store->vol->fs;
+
+	if (off > SUPERBLOCK_OFFSET || off + len < SUPERBLOCK_OFFSET +
+	    SUPERBLOCK_SIZE)
+		return;
+	memcpy(&sb, buf + (SUPERBLOCK_OFFSET - off), sizeof(sb));
+	if (sb.s_magic != EXT2_SUPER_MAGIC)
+		return;
+	sb.s_flags |= EXT2_FLAGS_IS_SNAPSHOT;
+	if (ext2fs_has_feature_metadata_csum(&sb))
+		ext2fs_superblock_csum_set(fs, &sb);
+	memcpy(buf + (SUPERBLOCK_OFFSET - off), &sb, sizeof(sb));
+}
+
+static errcode_t view_read_bytes(struct view_ctx *v, char *buf, uint64_t off,
+				 uint64_t len)
+{
+	struct nx_snapstore *store = v->store;
+	uint64_t bs = store->vol->fs->blocksize, pos = off, end = off + len;
+	int idx = nx_snap_index(store, v->snap_ino);
+	errcode_t err;
+
+	if (idx < 0)
+		return EXT2_ET_BAD_INODE_NUM;	/* snapshot deleted meanwhile */
+	while (pos < end) {
+		blk64_t n = pos / bs, phys, run_phys;
+		uint64_t in_blk = pos - n * bs;
+		uint64_t chunk = bs - in_blk;
+
+		err = nx_snap_resolve(store, idx, n, &phys);
+		if (err)
+			return err;
+		/* Extend over following blocks that resolve contiguously. */
+		run_phys = phys;
+		while (pos + chunk < end) {
+			blk64_t next;
+
+			err = nx_snap_resolve(store, idx, n + 1, &next);
+			if (err)
+				return err;
+			if (next != run_phys + 1)
+				break;
+			n++;
+			run_phys = next;
+			chunk += bs;
+		}
+		if (pos + chunk > end)
+			chunk = end - pos;
+		err = nx_blkio_pread(store->vol->io, buf + (pos - off), chunk,
+				     phys * bs + in_blk);
+		if (err)
+			return err;
+		pos += chunk;
+	}
+	patch_superblock(v, buf, off, len);
+	return 0;
+}
+
+static errcode_t view_open(const char *name, int flags, io_channel *ret)
+{
+	struct view_ctx *v;
+	io_channel chan;
+
+	if (flags & IO_FLAG_RW)
+		return EROFS;
+	for (v = view_registry; v; v = v->next)
+		if (!strcmp(v->name, name))
+			break;
+	if (!v)
+		return EXT2_ET_BAD_DEVICE_NAME;
+	chan = calloc(1, sizeof(*chan));
+	if (!chan)
+		return EXT2_ET_NO_MEMORY;
+	chan->name = strdup(name);
+	if (!chan->name) {
+		free(chan);
+		return EXT2_ET_NO_MEMORY;
+	}
+	chan->magic = EXT2_ET_MAGIC_IO_CHANNEL;
+	chan->manager = &view_manager;
+	chan->block_size = 1024;
+	chan->refcount = 1;
+	chan->private_data = v;
+	*ret = chan;
+	return 0;
+}
+
+static errcode_t view_close(io_channel channel)
+{
+	if (--channel->refcount > 0)
+		return 0;
+	free(channel->name);
+	free(channel);
+	return 0;
+}
+
+static errcode_t view_set_blksize(io_channel channel, int blksize)
+{
+	channel->block_size = blksize;
+	return 0;
+}
+
+static errcode_t view_read_blk64(io_channel channel, unsigned long long block,
+				 int count, void *data)
+{
+	uint64_t len = count < 0 ? (uint64_t)-count :
+		       (uint64_t)count * channel->block_size;
+
+	return view_read_bytes(chan_view(channel), data,
+			       block * (uint64_t)channel->block_size, len);
+}
+
+static errcode_t view_read_blk(io_channel channel, unsigned long block,
+			       int count, void *data)
+{
+	return view_read_blk64(channel, block, count, data);
+}
+
+static errcode_t view_write_blk64(io_channel channel, unsigned long long block,
+				  int count, const void *data)
+{
+	return EROFS;
+}
+
+static errcode_t view_write_blk(io_channel channel, unsigned long block,
+				int count, const void *data)
+{
+	return EROFS;
+}
+
+static errcode_t view_flush(io_channel channel)
+{
+	return 0;
+}
+
+static errcode_t view_set_option(io_channel channel, const char *option,
+				 const char *arg)
+{
+	return EXT2_ET_INVALID_ARGUMENT;
+}
+
+static struct struct_io_manager view_manager = {
+	.magic = EXT2_ET_MAGIC_IO_MANAGER,
+	.name = "nextfs snapshot view",
+	.open = view_open,
+	.close = view_close,
+	.set_blksize = view_set_blksize,
+	.read_blk = view_read_blk,
+	.write_blk = view_write_blk,
+	.flush = view_flush,
+	.set_option = view_set_option,
+	.read_blk64 = view_read_blk64,
+	.write_blk64 = view_write_blk64,
+};
+
+static void unregister_view(struct view_ctx *v)
+{
+	struct view_ctx **pp;
+
+	for (pp = &view_registry; *pp; pp = &(*pp)->next)
+		if (*pp == v) {
+			*pp = v->next;
+			break;
+		}
+}
+
+/* Open snapshot SNAP_INO as a read-only libext2fs filesystem. */
+static errcode_t open_view_fs(struct nx_snapstore *store, ext2_ino_t snap_ino,
+			      ext2_filsys *ret, struct view_ctx **ctx)
+{
+	static unsigned long seq;
+	struct view_ctx *v;
+	errcode_t err;
+
+	v = calloc(1, sizeof(*v));
+	if (!v)
+		return EXT2_ET_NO_MEMORY;
+	v->store = store;
+	v->snap_ino = snap_ino;
+	snprintf(v->name, sizeof(v->name), "nextfs-view:%lu", ++seq);
+	v->next = view_registry;
+	view_registry = v;
+	err = ext2fs_open2(v->name, NULL, EXT2_FLAG_64BITS | EXT2_FLAG_SKIP_MMP,
+			   0, 0, &view_manager, ret);
+	if (err) {
+		unregister_view(v);
+		free(v);
+		return err;
+	}
+	*ctx = v;
+	return 0;
+}
+
+static void close_view_fs(ext2_filsys fs, struct view_ctx *v)
+{
+	ext2fs_close_free(&fs);
+	unregister_view(v);
+	free(v);
+}
+
+errcode_t nx_snap_read_take_bitmap(struct nx_snapstore *store, int idx,
+				   ext2fs_block_bitmap *map)
+{
+	struct view_ctx *v;
+	ext2_filsys vfs;
+	errcode_t err;
+
+	if (idx < 0)
+		return EXT2_ET_BAD_INODE_NUM;
+	err = open_view_fs(store, store->snaps[idx]->ino, &vfs, &v);
+	if (err)
+		return err;
+	err = ext2fs_read_block_bitmap(vfs);
+	if (!err)
+		err = ext2fs_copy_bitmap(vfs->block_map, map);
+	close_view_fs(vfs, v);
+	return err;
+}
+
+errcode_t nx_snap_view_open(struct nx_volume *vol, ext2_ino_t snap_ino,
+			    struct nx_volume **ret)
+{
+	struct nx_volume *view;
+	struct view_ctx *v;
+	errcode_t err;
+
+	if (!vol->snap || nx_snap_index(vol->snap, snap_ino) < 0)
+		return ENOENT;
+	view = calloc(1, sizeof(*view));
+	if (!view)
+		return EXT2_ET_NO_MEMORY;
+	err = open_view_fs(vol->snap, snap_ino, &view->fs, &v);
+	if (err) {
+		free(view);
+		return err;
+	}
+	view->fs->priv_data = v;
+	view->device = NULL;
+	view->flags = NX_VOL_RDONLY;
+	view->lock_fd = -1;
+	view->io = NULL;
+	view->snap = NULL;
+	pthread_mutex_init(&view->lock, NULL);
+	*ret = view;
+	return 0;
+}
+
+void nx_snap_view_close(struct nx_volume *view)
+{
+	if (!view)
+		return;
+	close_view_fs(view->fs, view->fs->priv_data);
+	pthread_mutex_destroy(&view->lock);
+	free(view);
+}
