@@ -441,13 +441,44 @@ static errcode_t link_name(ext2_filsys fs, ext2_ino_t dir, const char *name,
 	return err;
 }
 
+/*
+ * Creating or removing /.snapshots must not show in the user's tree: the
+ * root directory keeps its timestamps (its link count is adjusted by the
+ * FUSE layer, which always shows a .snapshots directory).
+ */
+static void copy_times(struct ext2_inode_large *to,
+		       const struct ext2_inode_large *from)
+{
+	struct timespec ts;
+
+	nx_inode_get_time(from, NX_MTIME, &ts);
+	nx_inode_set_time(to, NX_MTIME, &ts);
+	nx_inode_get_time(from, NX_CTIME, &ts);
+	nx_inode_set_time(to, NX_CTIME, &ts);
+}
+
+static errcode_t restore_root_times(struct nx_volume *vol,
+				    const struct ext2_inode_large *saved)
+{
+	struct ext2_inode_large root;
+	errcode_t err = nx_inode_read(vol, EXT2_ROOT_INO, &root);
+
+	if (err)
+		return err;
+	copy_times(&root, saved);
+	return nx_inode_write(vol, EXT2_ROOT_INO, &root);
+}
+
 static errcode_t make_snapdir(struct nx_snapstore *store)
 {
 	struct nx_volume *vol = store->vol;
 	ext2_filsys fs = vol->fs;
-	struct ext2_inode_large inode;
+	struct ext2_inode_large inode, root;
 	errcode_t err;
 
+	err = nx_inode_read(vol, EXT2_ROOT_INO, &root);
+	if (err)
+		return err;
 	err = ext2fs_mkdir(fs, EXT2_ROOT_INO, 0, NX_SNAPDIR_NAME);
 	if (err == EXT2_ET_DIR_NO_SPACE) {
 		err = ext2fs_expand_dir(fs, EXT2_ROOT_INO);
@@ -468,7 +499,10 @@ static errcode_t make_snapdir(struct nx_snapstore *store)
 	inode.i_uid = inode.i_gid = 0;
 	ext2fs_set_i_uid_high(inode, 0);
 	ext2fs_set_i_gid_high(inode, 0);
-	return nx_inode_write(vol, store->dir, &inode);
+	err = nx_inode_write(vol, store->dir, &inode);
+	if (!err)
+		err = restore_root_times(vol, &root);
+	return err;
 }
 
 static errcode_t remove_snapdir(struct nx_snapstore *store)
@@ -493,9 +527,9 @@ static errcode_t remove_snapdir(struct nx_snapstore *store)
 	err = nx_inode_read(vol, EXT2_ROOT_INO, &inode);
 	if (err)
 		return err;
+	/* ext2fs_unlink does not touch the parent's times: nor do we. */
 	if (inode.i_links_count > 1)
 		inode.i_links_count--;
-	nx_inode_touch(&inode, NX_TOUCH_MTIME | NX_TOUCH_CTIME);
 	err = nx_inode_write(vol, EXT2_ROOT_INO, &inode);
 	store->dir = 0;
 	return err;
