@@ -57,7 +57,17 @@ errcode_t nx_blkio_pwrite(struct nx_blkio *io, const void *buf, uint64_t len,
 errcode_t nx_blkio_pwrite_raw(struct nx_blkio *io, const void *buf,
 			      uint64_t len, uint64_t offset);
 
-/* fsync the device. */
+/*
+ * Batches (nestable): single-block writes of UNIT bytes between begin and
+ * end are held in memory and written, through the hook, once at the end
+ * (or at nx_blkio_flush).  Reads see them.  Use only where no snapshot
+ * view is read meanwhile: views must see the device as the hook left it.
+ */
+void nx_blkio_set_unit(struct nx_blkio *io, uint32_t unit);
+void nx_blkio_begin_batch(struct nx_blkio *io);
+errcode_t nx_blkio_end_batch(struct nx_blkio *io);
+
+/* Write held blocks and fsync the device. */
 errcode_t nx_blkio_flush(struct nx_blkio *io);
 
 #endif

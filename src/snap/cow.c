@@ -255,12 +255,17 @@ errcode_t nx_cow_apply_pending(struct nx_snapstore *store)
 	ext2_filsys fs = store->vol->fs;
 	struct nx_blkmap batch = { 0 };
 	struct ext2_inode_large inode;
-	errcode_t err = 0;
+	errcode_t err = 0, e2;
 	size_t i;
 
-	if (store->applying || !store->active)
+	if (store->applying || !store->active || !store->pending.count)
 		return 0;
 	store->applying = 1;
+	/*
+	 * Mapping block after block rewrites the same extent leaf or
+	 * indirect block each time: hold those writes and write each once.
+	 */
+	nx_blkio_begin_batch(store->vol->io);
 	while (store->pending.count && !err) {
 		blk64_t added = 0;
 
@@ -299,7 +304,15 @@ errcode_t nx_cow_apply_pending(struct nx_snapstore *store)
 						      batch.vals[i]);
 		}
 		nx_blkmap_free(&batch);
+		if (!err && !store->pending.count) {
+			/* Writing the held blocks may preserve more: loop. */
+			err = nx_blkio_end_batch(store->vol->io);
+			nx_blkio_begin_batch(store->vol->io);
+		}
 	}
+	e2 = nx_blkio_end_batch(store->vol->io);
+	if (!err)
+		err = e2;
 	store->applying = 0;
 	return err;
 }

@@ -1,10 +1,15 @@
 /*
  * blkio.c - the io_manager under libext2fs (see include/nextfs/blkio.h).
  *
- * Plain pread/pwrite on one file descriptor, no write-back cache: the
- * snapshot layer reads the device behind libext2fs's back and must see
- * exactly what has been written.  All writes funnel through
- * blkio_write_bytes(), which calls the write hook first.
+ * Plain pread/pwrite on one file descriptor.  All writes funnel through
+ * nx_blkio_pwrite(), which calls the write hook first.
+ *
+ * Batches: between nx_blkio_begin_batch() and nx_blkio_end_batch(),
+ * single-block writes are held in memory and written (through the hook)
+ * once at the end, so that an operation that rewrites the same extent
+ * leaf, indirect block or inode table block for every block it touches
+ * writes it once.  Reads see the held blocks; the hook, which needs the
+ * old on-disk content, does not.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -21,7 +26,21 @@ struct nx_blkio {
 	void *hook_priv;
 	int in_hook;			/* hook is running: its writes are raw */
 	struct nx_blkio_stats stats;
+	/* write batching (see top of file) */
+	uint32_t unit;			/* block size batches hold; 0 = off */
+	int batch_depth;
+	struct held_block *held;	/* in write order */
+	size_t nheld, cap;
+	size_t *slots;			/* hash: index + 1, 0 = empty */
+	size_t nslots;			/* power of two, >= 2 * cap */
 };
+
+struct held_block {
+	uint64_t off;
+	char *data;			/* NULL: dropped (overwritten since) */
+};
+
+#define BATCH_MAX_BLOCKS 4096
 
 #define NX_BLKIO_MAGIC EXT2_ET_MAGIC_UNIX_IO_CHANNEL
 
@@ -49,9 +68,171 @@ void nx_blkio_get_stats(struct nx_blkio *io, struct nx_blkio_stats *st)
 	*st = io->stats;
 }
 
+static size_t slot_of(const struct nx_blkio *io, uint64_t off)
+{
+	return (size_t)(((off / io->unit) * 0x9E3779B97F4A7C15ULL) >> 20) &
+	       (io->nslots - 1);
+}
+
+/* Index of the held block at OFF, or -1. */
+static long find_held(const struct nx_blkio *io, uint64_t off)
+{
+	size_t i;
+
+	if (!io->nheld)
+		return -1;
+	for (i = slot_of(io, off); io->slots[i]; i = (i + 1) & (io->nslots - 1))
+		if (io->held[io->slots[i] - 1].off == off)
+			return (long)io->slots[i] - 1;
+	return -1;
+}
+
+static errcode_t hold_block(struct nx_blkio *io, const void *buf, uint64_t off)
+{
+	long idx = find_held(io, off);
+	struct held_block *h;
+	size_t i;
+
+	if (idx >= 0 && io->held[idx].data) {
+		memcpy(io->held[idx].data, buf, io->unit);
+		return 0;
+	}
+	if (idx >= 0) {
+		h = &io->held[idx];
+	} else {
+		if (!io->held) {
+			io->cap = BATCH_MAX_BLOCKS;
+			io->nslots = 4 * BATCH_MAX_BLOCKS;
+			io->held = calloc(io->cap, sizeof(*io->held));
+			io->slots = calloc(io->nslots, sizeof(*io->slots));
+			if (!io->held || !io->slots)
+				return EXT2_ET_NO_MEMORY;
+		}
+		h = &io->held[io->nheld++];
+		h->off = off;
+		for (i = slot_of(io, off); io->slots[i];
+		     i = (i + 1) & (io->nslots - 1))
+			;
+		io->slots[i] = io->nheld;
+	}
+	h->data = malloc(io->unit);
+	if (!h->data)
+		return EXT2_ET_NO_MEMORY;
+	memcpy(h->data, buf, io->unit);
+	return 0;
+}
+
+/* Overlay held blocks on a range just read from the device. */
+static void overlay_held(const struct nx_blkio *io, char *buf, uint64_t len,
+			 uint64_t offset)
+{
+	uint64_t end = offset + len, first, pos;
+	size_t i;
+
+	if (!io->nheld || io->in_hook)
+		return;
+	if (len / io->unit < io->nheld) {
+		first = offset - offset % io->unit;
+		for (pos = first; pos < end; pos += io->unit) {
+			long idx = find_held(io, pos);
+			uint64_t from, to;
+
+			if (idx < 0 || !io->held[idx].data)
+				continue;
+			from = pos > offset ? pos : offset;
+			to = pos + io->unit < end ? pos + io->unit : end;
+			memcpy(buf + (from - offset),
+			       io->held[idx].data + (from - pos), to - from);
+		}
+		return;
+	}
+	for (i = 0; i < io->nheld; i++) {
+		const struct held_block *h = &io->held[i];
+		uint64_t from, to;
+
+		if (!h->data || h->off + io->unit <= offset || h->off >= end)
+			continue;
+		from = h->off > offset ? h->off : offset;
+		to = h->off + io->unit < end ? h->off + io->unit : end;
+		memcpy(buf + (from - offset), h->data + (from - h->off),
+		       to - from);
+	}
+}
+
+static errcode_t write_through(struct nx_blkio *io, const void *buf,
+			       uint64_t len, uint64_t offset);
+
+/*
+ * A write of [offset, offset+len) that is not held: held blocks it fully
+ * covers are dropped (their content is superseded), partly covered ones
+ * are written first so that the order of writes is kept.
+ */
+static errcode_t settle_overlaps(struct nx_blkio *io, uint64_t len,
+				 uint64_t offset)
+{
+	uint64_t end = offset + len;
+	errcode_t err;
+	size_t i;
+
+	for (i = 0; i < io->nheld; i++) {
+		struct held_block *h = &io->held[i];
+
+		if (!h->data || h->off + io->unit <= offset || h->off >= end)
+			continue;
+		if (h->off < offset || h->off + io->unit > end) {
+			err = write_through(io, h->data, io->unit, h->off);
+			if (err)
+				return err;
+		}
+		free(h->data);
+		h->data = NULL;
+	}
+	return 0;
+}
+
+static errcode_t flush_held(struct nx_blkio *io)
+{
+	errcode_t err = 0, e;
+	size_t i;
+
+	for (i = 0; i < io->nheld; i++) {
+		struct held_block *h = &io->held[i];
+
+		if (!h->data)
+			continue;
+		e = write_through(io, h->data, io->unit, h->off);
+		if (e && !err)
+			err = e;
+		free(h->data);
+		h->data = NULL;
+	}
+	io->nheld = 0;
+	if (io->slots)
+		memset(io->slots, 0, io->nslots * sizeof(*io->slots));
+	return err;
+}
+
+void nx_blkio_set_unit(struct nx_blkio *io, uint32_t unit)
+{
+	io->unit = unit;
+}
+
+void nx_blkio_begin_batch(struct nx_blkio *io)
+{
+	io->batch_depth++;
+}
+
+errcode_t nx_blkio_end_batch(struct nx_blkio *io)
+{
+	if (io->batch_depth > 0 && --io->batch_depth > 0)
+		return 0;
+	return flush_held(io);
+}
+
 errcode_t nx_blkio_pread(struct nx_blkio *io, void *buf, uint64_t len,
 			 uint64_t offset)
 {
+	uint64_t want = len, at = offset;
 	char *p = buf;
 
 	io->stats.read_calls++;
@@ -70,16 +251,15 @@ errcode_t nx_blkio_pread(struct nx_blkio *io, void *buf, uint64_t len,
 		offset += (uint64_t)n;
 		io->stats.bytes_read += (uint64_t)n;
 	}
+	overlay_held(io, buf, want, at);
 	return 0;
 }
 
-errcode_t nx_blkio_pwrite_raw(struct nx_blkio *io, const void *buf,
+static errcode_t write_device(struct nx_blkio *io, const void *buf,
 			      uint64_t len, uint64_t offset)
 {
 	const char *p = buf;
 
-	if (io->rdonly)
-		return EROFS;
 	io->stats.write_calls++;
 	while (len > 0) {
 		ssize_t n = pwrite(io->fd, p, len, (off_t)offset);
@@ -99,13 +279,22 @@ errcode_t nx_blkio_pwrite_raw(struct nx_blkio *io, const void *buf,
 	return 0;
 }
 
-errcode_t nx_blkio_pwrite(struct nx_blkio *io, const void *buf, uint64_t len,
-			  uint64_t offset)
+errcode_t nx_blkio_pwrite_raw(struct nx_blkio *io, const void *buf,
+			      uint64_t len, uint64_t offset)
 {
 	errcode_t err;
 
 	if (io->rdonly)
 		return EROFS;
+	err = settle_overlaps(io, len, offset);
+	return err ? err : write_device(io, buf, len, offset);
+}
+
+static errcode_t write_through(struct nx_blkio *io, const void *buf,
+			       uint64_t len, uint64_t offset)
+{
+	errcode_t err;
+
 	/*
 	 * The hook may itself write (copies of old blocks, snapshot map
 	 * updates); those writes target blocks it has decided about and must
@@ -118,13 +307,38 @@ errcode_t nx_blkio_pwrite(struct nx_blkio *io, const void *buf, uint64_t len,
 		if (err)
 			return err;
 	}
-	return nx_blkio_pwrite_raw(io, buf, len, offset);
+	return write_device(io, buf, len, offset);
+}
+
+errcode_t nx_blkio_pwrite(struct nx_blkio *io, const void *buf, uint64_t len,
+			  uint64_t offset)
+{
+	errcode_t err;
+
+	if (io->rdonly)
+		return EROFS;
+	if (io->batch_depth && !io->in_hook && io->unit && len == io->unit &&
+	    offset % io->unit == 0) {
+		if (io->nheld == BATCH_MAX_BLOCKS && find_held(io, offset) < 0) {
+			err = flush_held(io);
+			if (err)
+				return err;
+		}
+		return hold_block(io, buf, offset);
+	}
+	err = settle_overlaps(io, len, offset);
+	return err ? err : write_through(io, buf, len, offset);
 }
 
 errcode_t nx_blkio_flush(struct nx_blkio *io)
 {
+	errcode_t err;
+
 	if (io->rdonly)
 		return 0;
+	err = flush_held(io);
+	if (err)
+		return err;
 	if (fsync(io->fd) < 0)
 		return errno;
 	return 0;
@@ -191,6 +405,9 @@ static errcode_t blkio_close(io_channel channel)
 
 	if (--channel->refcount > 0)
 		return 0;
+	flush_held(io);
+	free(io->held);
+	free(io->slots);
 	close(io->fd);
 	free(io);
 	free(channel->name);

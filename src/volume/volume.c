@@ -250,6 +250,7 @@ static errcode_t open_fs(struct nx_volume *vol, char *msg, size_t msglen)
 	if (err)
 		return err;
 	vol->io = nx_blkio_from_channel(vol->fs->io);
+	nx_blkio_set_unit(vol->io, vol->fs->blocksize);
 	err = ext2fs_read_bitmaps(vol->fs);
 	if (err) {
 		set_msg(msg, msglen, "%s: cannot read allocation bitmaps: %s",
