@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include "nextfs/inode.h"
+#include "nextfs/xattr.h"
 
 errcode_t nx_inode_read(struct nx_volume *vol, ext2_ino_t ino,
 			struct ext2_inode_large *inode)
@@ -295,6 +296,9 @@ errcode_t nx_setattr(struct nx_volume *vol, const struct nx_cred *cred,
 	nx_inode_set_time(&inode, NX_CTIME,
 			  (valid & NX_SET_CTIME) ? &attr->ctime : &now);
 	err = nx_inode_write(vol, ino, &inode);
+	/* The access ACL mirrors the mode bits (posix_acl_chmod). */
+	if (!err && (valid & NX_SET_MODE) && !LINUX_S_ISLNK(inode.i_mode))
+		err = nx_acl_chmod(vol, ino, inode.i_mode);
 	if (!err && st)
 		nx_inode_to_stat(vol, ino, &inode, st);
 	return err;
