@@ -84,4 +84,49 @@ errcode_t nx_rename(struct nx_volume *vol, const struct nx_cred *cred,
 errcode_t nx_readlink(struct nx_volume *vol, ext2_ino_t ino, char *buf,
 		      size_t bufsize, size_t *len);
 
+/*
+ * Internal to the namespace module (src/fs/dir.c, namei.c, rename.c):
+ * one-entry primitives and shared rules.  Other modules use the calls
+ * above.  None of these check permissions or update timestamps.
+ */
+
+/* EXT2_FT_* directory entry type for an inode of MODE. */
+int nx_dir_file_type(mode_t mode);
+
+/* Add NAME -> INO (of MODE); grows DIR or turns it into an htree. */
+errcode_t nx_dir_add_entry(struct nx_volume *vol, ext2_ino_t dir,
+			   const char *name, ext2_ino_t ino, mode_t mode);
+/* Point the existing entry NAME at INO (of MODE) in place. */
+errcode_t nx_dir_set_entry(struct nx_volume *vol, ext2_ino_t dir,
+			   const char *name, ext2_ino_t ino, mode_t mode);
+/* Remove the entry NAME (ENOENT if absent). */
+errcode_t nx_dir_remove_entry(struct nx_volume *vol, ext2_ino_t dir,
+			      const char *name);
+
+/* Does DIR hold nothing but '.' and '..'? */
+errcode_t nx_dir_is_empty(struct nx_volume *vol, ext2_ino_t dir, int *empty);
+
+/* The '..' of DIR. */
+errcode_t nx_dir_get_parent(struct nx_volume *vol, ext2_ino_t dir,
+			    ext2_ino_t *parent);
+/*
+ * Make '..' of DIR point at PARENT.  INODE is the caller's copy of DIR's
+ * inode: for inline-data directories '..' lives in it and the caller
+ * writes it; block directories are updated on disk here.
+ */
+errcode_t nx_dir_set_parent(struct nx_volume *vol, ext2_ino_t dir,
+			    struct ext2_inode_large *inode, ext2_ino_t parent);
+
+/* Link counts of directories with the kernel's dir_nlink rules. */
+int nx_dir_link_max(ext2_filsys fs, const struct ext2_inode_large *dir);
+void nx_dir_nlink_inc(ext2_filsys fs, struct ext2_inode_large *dir);
+void nx_dir_nlink_dec(struct ext2_inode_large *dir);
+
+/* Kernel may_create()/may_delete() (namei.c).  ISDIR: victim must be a dir. */
+errcode_t nx_dir_may_create(const struct nx_cred *cred,
+			    const struct ext2_inode_large *dir);
+errcode_t nx_dir_may_delete(const struct nx_cred *cred,
+			    const struct ext2_inode_large *dir,
+			    const struct ext2_inode_large *victim, int isdir);
+
 #endif

@@ -80,6 +80,14 @@ errcode_t nx_inode_new(struct nx_volume *vol, const struct nx_cred *cred,
 		       ext2_ino_t dir, mode_t mode, ext2_ino_t *ino,
 		       struct ext2_inode_large *inode);
 
+/*
+ * ext2fs_punch() for logical blocks START..END of INO (INODE updated and
+ * written), working around libext2fs 1.47.0's failure on a run that ends
+ * at the volume's last block.  Every caller that frees file blocks uses it.
+ */
+errcode_t nx_punch(struct nx_volume *vol, ext2_ino_t ino,
+		   struct ext2_inode_large *inode, blk64_t start, blk64_t end);
+
 /* Free everything of INO if its link count is zero.  No-op otherwise. */
 errcode_t nx_inode_release(struct nx_volume *vol, ext2_ino_t ino);
 

@@ -159,9 +159,6 @@ void nx_inode_to_stat(struct nx_volume *vol, ext2_ino_t ino,
 	st->st_ino = ino;
 	st->st_mode = inode->i_mode;
 	st->st_nlink = inode->i_links_count;
-	/* dir_nlink: a directory with too many subdirs counts as 1. */
-	if (S_ISDIR(inode->i_mode) && st->st_nlink == 0 && inode->i_dtime == 0)
-		st->st_nlink = 1;
 	st->st_uid = inode_uid(*inode);
 	st->st_gid = inode_gid(*inode);
 	st->st_size = EXT2_I_SIZE(inode);
@@ -414,6 +411,75 @@ errcode_t nx_inode_new(struct nx_volume *vol, const struct nx_cred *cred,
 	return 0;
 }
 
+/* Logical block of extent file INODE that maps physical block PBLK, if any. */
+static errcode_t find_logical_of(ext2_filsys fs, ext2_ino_t ino,
+				 struct ext2_inode_large *inode, blk64_t pblk,
+				 blk64_t *lblk, int *found)
+{
+	ext2_extent_handle_t h;
+	struct ext2fs_extent ex;
+	errcode_t err;
+	int op = EXT2_EXTENT_ROOT;
+
+	*found = 0;
+	err = ext2fs_extent_open2(fs, ino, (struct ext2_inode *)inode, &h);
+	if (err)
+		return err;
+	for (;;) {
+		err = ext2fs_extent_get(h, op, &ex);
+		op = EXT2_EXTENT_NEXT_LEAF;
+		if (err == EXT2_ET_EXTENT_NO_NEXT || err == EXT2_ET_NO_CURRENT_NODE) {
+			err = 0;
+			break;
+		}
+		if (err)
+			break;
+		if (!(ex.e_flags & EXT2_EXTENT_FLAGS_LEAF) || !ex.e_len)
+			continue;
+		if (pblk >= ex.e_pblk && pblk < ex.e_pblk + ex.e_len) {
+			*lblk = ex.e_lblk + (pblk - ex.e_pblk);
+			*found = 1;
+			break;
+		}
+	}
+	ext2fs_extent_free(h);
+	return err;
+}
+
+errcode_t nx_punch(struct nx_volume *vol, ext2_ino_t ino,
+		   struct ext2_inode_large *inode, blk64_t start, blk64_t end)
+{
+	ext2_filsys fs = vol->fs;
+	blk64_t last = ext2fs_blocks_count(fs->super) - 1, lblk = 0, zero = 0;
+	errcode_t err;
+	int found = 0;
+
+	/*
+	 * libext2fs 1.47.0's punch_extent_blocks() rejects a freed run that
+	 * ends on the volume's last block (off by one, fixed upstream after
+	 * 1.47.0) after it has already dropped the extent: the block would
+	 * leak.  Unmap and free that one block ourselves first.
+	 */
+	if ((inode->i_flags & EXT4_EXTENTS_FL) &&
+	    !(inode->i_flags & EXT4_INLINE_DATA_FL)) {
+		err = find_logical_of(fs, ino, inode, last, &lblk, &found);
+		if (err)
+			return err;
+	}
+	if (found && lblk >= start && lblk <= end) {
+		err = ext2fs_bmap2(fs, ino, (struct ext2_inode *)inode, NULL,
+				   BMAP_SET, lblk, NULL, &zero);
+		if (err)
+			return err;
+		ext2fs_block_alloc_stats2(fs, last, -1);
+		err = ext2fs_iblk_sub_blocks(fs, (struct ext2_inode *)inode, 1);
+		if (err)
+			return err;
+	}
+	return ext2fs_punch(fs, ino, (struct ext2_inode *)inode, NULL, start,
+			    end);
+}
+
 errcode_t nx_inode_release(struct nx_volume *vol, ext2_ino_t ino)
 {
 	ext2_filsys fs = vol->fs;
@@ -432,8 +498,7 @@ errcode_t nx_inode_release(struct nx_volume *vol, ext2_ino_t ino)
 	if (err)
 		return err;
 	if (ext2fs_inode_has_valid_blocks2(fs, (struct ext2_inode *)&inode)) {
-		err = ext2fs_punch(fs, ino, (struct ext2_inode *)&inode, NULL,
-				   0, ~0ULL);
+		err = nx_punch(vol, ino, &inode, 0, ~0ULL);
 		if (err)
 			return err;
 	}

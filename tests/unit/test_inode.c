@@ -229,6 +229,46 @@ START_TEST(test_release_frees_blocks)
 }
 END_TEST
 
+/* A file that owns the volume's last block can be freed (libext2fs bug). */
+START_TEST(test_release_file_holding_last_block)
+{
+	char path[256];
+	struct nx_volume *vol;
+	struct nx_cred root;
+	struct ext2_inode_large inode;
+	blk64_t lblk, blk, last, free_before;
+	ext2_ino_t ino;
+	int holds_last = 0;
+
+	nxt_mkfs(path, "-t ext4 -b 1024 -O ^has_journal", 4);
+	vol = nxt_open(path);
+	nxt_root_cred(&root);
+	free_before = ext2fs_free_blocks_count(vol->fs->super);
+	last = ext2fs_blocks_count(vol->fs->super) - 1;
+	ino = new_file(vol, &root, S_IFREG | 0644, "f");
+	ck_assert_int_eq(nx_inode_read(vol, ino, &inode), 0);
+	for (lblk = 0;; lblk++) {
+		blk = 0;
+		if (ext2fs_bmap2(vol->fs, ino, (struct ext2_inode *)&inode, NULL,
+				 BMAP_ALLOC, lblk, NULL, &blk))
+			break;
+		holds_last |= blk == last;
+	}
+	ck_assert_msg(holds_last, "the file never got the last block");
+	ck_assert_int_eq(ext2fs_inode_size_set(vol->fs,
+			 (struct ext2_inode *)&inode, lblk * vol->fs->blocksize),
+			 0);
+	ck_assert_int_eq(nx_inode_write(vol, ino, &inode), 0);
+	ck_assert_int_eq(ext2fs_unlink(vol->fs, EXT2_ROOT_INO, "f", ino, 0), 0);
+	inode.i_links_count = 0;
+	ck_assert_int_eq(nx_inode_write(vol, ino, &inode), 0);
+	ck_assert_int_eq(nx_inode_release(vol, ino), 0);
+	ck_assert_uint_eq(ext2fs_free_blocks_count(vol->fs->super), free_before);
+	ck_assert_int_eq(nxt_close_and_fsck(vol, path), 0);
+	nxt_unlink(path);
+}
+END_TEST
+
 Suite *inode_suite(void)
 {
 	Suite *s = suite_create("inode");
@@ -241,6 +281,7 @@ Suite *inode_suite(void)
 	tcase_add_loop_test(tc, test_setgid_directory_inheritance, 0,
 			    NXT_NFLAVOURS);
 	tcase_add_loop_test(tc, test_release_frees_blocks, 0, NXT_NFLAVOURS);
+	tcase_add_test(tc, test_release_file_holding_last_block);
 	suite_add_tcase(s, tc);
 	return s;
 }
