@@ -39,4 +39,85 @@ errcode_t nx_file_fallocate(struct nx_volume *vol, ext2_ino_t ino, int mode,
 errcode_t nx_file_seek(struct nx_volume *vol, ext2_ino_t ino, uint64_t offset,
 		       int whence, uint64_t *result);
 
+/* Largest i_size INODE may have (the kernel's s_maxbytes rules). */
+uint64_t nx_file_max_bytes(ext2_filsys fs,
+			   const struct ext2_inode_large *inode);
+
+#ifdef NX_FILE_INTERNAL
+/*
+ * Shared by file.c and falloc.c only; not a contract for other modules.
+ */
+
+/* A run of logical blocks that map alike. */
+struct nx_fmap_run {
+	blk64_t lblk;			/* first logical block */
+	blk64_t len;			/* >= 1; holes may be very long */
+	blk64_t pblk;			/* first physical block; 0: hole */
+	int uninit;			/* unwritten extent: reads as zeros */
+};
+
+/*
+ * Block-map cursor over one file for the length of one call.  INODE is
+ * the caller's copy; libext2fs and the allocation code keep it current,
+ * and the caller writes it back once at the end.
+ */
+struct nx_fmap {
+	struct nx_volume *vol;
+	ext2_ino_t ino;
+	struct ext2_inode_large *inode;
+	ext2_extent_handle_t handle;	/* extent-mapped files, else NULL */
+	struct ext2fs_extent last;	/* extent the handle points at */
+	int have_last;
+	blk64_t ind_blk[3];		/* indirect files: cached block ... */
+	uint32_t *ind_buf[3];		/* ... per tree level, 0 = none */
+};
+
+errcode_t nx_fmap_open(struct nx_fmap *m, struct nx_volume *vol,
+		       ext2_ino_t ino, struct ext2_inode_large *inode);
+void nx_fmap_close(struct nx_fmap *m);
+/* Drop cached mapping state after someone else changed the block map. */
+errcode_t nx_fmap_forget(struct nx_fmap *m);
+/* The run starting at LBLK (run->lblk == LBLK). */
+errcode_t nx_fmap_lookup(struct nx_fmap *m, blk64_t lblk,
+			 struct nx_fmap_run *run);
+
+/*
+ * Block-mapped files: where LBLK sits (LEVELS indirect blocks below
+ * i_block[*SLOT], index *OFF of a subtree spanning *SPAN blocks; 0 levels
+ * for direct blocks, -1 beyond the tree), and the cached indirect block
+ * BLK at tree level LEVEL.
+ */
+int nx_fmap_ind_path(ext2_filsys fs, blk64_t lblk, int *slot, blk64_t *off,
+		     blk64_t *span);
+errcode_t nx_fmap_ind_block(struct nx_fmap *m, int level, blk64_t blk,
+			    uint32_t **tab);
+
+/* falloc.c */
+/*
+ * Allocate and map blocks for the hole at [LBLK, LBLK + LEN): maps a
+ * physically contiguous prefix of it (run->len <= LEN) near the file's
+ * other blocks.  UNINIT: as unwritten extents.  ENOSPC if nothing fits.
+ */
+errcode_t nx_fmap_alloc(struct nx_fmap *m, blk64_t lblk, blk64_t len,
+			int uninit, struct nx_fmap_run *run);
+/* Mark [LBLK, LBLK + LEN) written (TO_UNINIT = 0) or unwritten. */
+errcode_t nx_fmap_convert(struct nx_fmap *m, blk64_t lblk, blk64_t len,
+			  int to_uninit);
+/* Allocate up to WANT free blocks at or after GOAL, keeping SLACK free. */
+errcode_t nx_fmap_new_blocks(struct nx_volume *vol, blk64_t goal,
+			     blk64_t want, blk64_t slack, blk64_t *pblk,
+			     blk64_t *got);
+
+/* file.c */
+/* Zero bytes [FROM, TO) of one block on disk if it holds written data. */
+errcode_t nx_file_zero_in_block(struct nx_fmap *m, uint64_t from,
+				uint64_t to);
+/* Move inline data out into a block; INODE is re-read and rewritten. */
+errcode_t nx_file_inline_expand(struct nx_volume *vol, ext2_ino_t ino,
+				struct ext2_inode_large *inode);
+/* Set the size of an inline-data file (may expand it). */
+errcode_t nx_file_inline_resize(struct nx_volume *vol, ext2_ino_t ino,
+				struct ext2_inode_large *inode, uint64_t size);
+#endif /* NX_FILE_INTERNAL */
+
 #endif

@@ -87,5 +87,18 @@ errcode_t nx_snap_flush(struct nx_volume *vol);
 errcode_t nx_snap_view_open(struct nx_volume *vol, ext2_ino_t snap_ino,
 			    struct nx_volume **view);
 void nx_snap_view_close(struct nx_volume *view);
+/* Device bytes as the view sees them (used via nx_volume_pread). */
+errcode_t nx_snap_view_pread(struct nx_volume *view, void *buf, uint64_t len,
+			     uint64_t offset);
+
+/*
+ * The snapshot with id ID: its info, and a view of it that the store
+ * keeps open (owned by the store: closed when the snapshot is deleted or
+ * the volume closed; do not close it yourself).
+ */
+errcode_t nx_snap_find_id(struct nx_volume *vol, uint32_t id,
+			  struct nx_snapinfo *info);
+errcode_t nx_snap_view_get(struct nx_volume *vol, uint32_t id,
+			   struct nx_volume **view);
 
 #endif

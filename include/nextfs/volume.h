@@ -49,6 +49,14 @@ errcode_t nx_volume_sync(struct nx_volume *vol);
 /* Sync, mark clean (read-write opens), unlock and free.  VOL may be NULL. */
 errcode_t nx_volume_close(struct nx_volume *vol);
 
+/*
+ * Read LEN bytes at byte OFFSET of the device as this volume sees it: the
+ * live device, or for a snapshot view the blocks as they were at the take.
+ * The file data path reads through this so that it serves views as well.
+ */
+errcode_t nx_volume_pread(struct nx_volume *vol, void *buf, uint64_t len,
+			  uint64_t offset);
+
 /* statfs(2) for the volume. */
 errcode_t nx_volume_statfs(struct nx_volume *vol, struct statvfs *st);
 

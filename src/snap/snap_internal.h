@@ -32,6 +32,7 @@ struct nx_snap {
 	struct timespec taken;
 	char name[NX_NAME_MAX + 1];
 	ext2fs_block_bitmap mapped;	/* logical blocks this snapshot maps */
+	struct nx_volume *view;		/* cached view (nx_snap_view_get), or NULL */
 };
 
 struct nx_snapstore {

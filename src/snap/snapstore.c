@@ -52,6 +52,7 @@ static void free_snap(struct nx_snap *s)
 {
 	if (!s)
 		return;
+	nx_snap_view_close(s->view);
 	if (s->mapped)
 		ext2fs_free_block_bitmap(s->mapped);
 	free(s);
@@ -334,6 +335,45 @@ static struct nx_snap *find_by_name(struct nx_snapstore *store,
 		if (!strcmp(store->snaps[i]->name, name))
 			return store->snaps[i];
 	return NULL;
+}
+
+static struct nx_snap *find_by_id(struct nx_snapstore *store, uint32_t id)
+{
+	int i;
+
+	for (i = 0; store && i < store->nsnaps; i++)
+		if (store->snaps[i]->id == id)
+			return store->snaps[i];
+	return NULL;
+}
+
+errcode_t nx_snap_find_id(struct nx_volume *vol, uint32_t id,
+			  struct nx_snapinfo *info)
+{
+	struct nx_snap *s = find_by_id(vol->snap, id);
+
+	if (!s)
+		return ENOENT;
+	if (info)
+		fill_info(vol->snap, s, info);
+	return 0;
+}
+
+errcode_t nx_snap_view_get(struct nx_volume *vol, uint32_t id,
+			   struct nx_volume **view)
+{
+	struct nx_snap *s = find_by_id(vol->snap, id);
+	errcode_t err;
+
+	if (!s)
+		return ENOENT;
+	if (!s->view) {
+		err = nx_snap_view_open(vol, s->ino, &s->view);
+		if (err)
+			return err;
+	}
+	*view = s->view;
+	return 0;
 }
 
 errcode_t nx_snap_find(struct nx_volume *vol, const char *name,

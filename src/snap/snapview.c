@@ -320,6 +320,12 @@ errcode_t nx_snap_view_open(struct nx_volume *vol, ext2_ino_t snap_ino,
 	return 0;
 }
 
+errcode_t nx_snap_view_pread(struct nx_volume *view, void *buf, uint64_t len,
+			     uint64_t offset)
+{
+	return view_read_bytes(view->fs->priv_data, buf, offset, len);
+}
+
 void nx_snap_view_close(struct nx_volume *view)
 {
 	if (!view)

@@ -364,6 +364,14 @@ errcode_t nx_volume_close(struct nx_volume *vol)
 	return err;
 }
 
+errcode_t nx_volume_pread(struct nx_volume *vol, void *buf, uint64_t len,
+			  uint64_t offset)
+{
+	if (vol->io)
+		return nx_blkio_pread(vol->io, buf, len, offset);
+	return nx_snap_view_pread(vol, buf, len, offset);
+}
+
 errcode_t nx_volume_statfs(struct nx_volume *vol, struct statvfs *st)
 {
 	struct ext2_super_block *sb = vol->fs->super;

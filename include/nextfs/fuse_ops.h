@@ -1,0 +1,100 @@
+/*
+ * fuse_ops.h - the FUSE front end of nextfs (libfuse3 low-level API).
+ *
+ * Contract: FUSE node ids are inode numbers (FUSE_ROOT_ID <-> ext2 inode
+ * 2, everything else identity; generation = i_generation), never paths.
+ * Every operation runs the fs layer under the volume's big lock.  The
+ * kernel does all permission checks (the daemon always mounts with
+ * default_permissions); this layer adds what the VFS would check from
+ * inode flags the kernel cannot see (immutable, append-only) and what a
+ * read-only volume forbids (EROFS).  An inode that loses its last name
+ * while the kernel still references it (looked up or open) is kept in
+ * the node table and freed with nx_inode_release() on the last forget or
+ * release, or at unmount.  At unmount (destroy) all pending inodes are
+ * released and the volume is closed (marked clean).
+ */
+#ifndef NEXTFS_FUSE_OPS_H
+#define NEXTFS_FUSE_OPS_H
+
+#ifndef FUSE_USE_VERSION
+#define FUSE_USE_VERSION 35
+#endif
+
+#include <stdint.h>
+#include <fuse_lowlevel.h>
+#include <ext2fs/ext2fs.h>
+#include "nextfs/volume.h"
+
+/* Exit status of nextfs-fuse. */
+#define NX_EXIT_OK		0	/* unmounted, volume closed clean */
+#define NX_EXIT_USAGE		1	/* bad arguments, mount or close error */
+#define NX_EXIT_REFUSED		2	/* nx_volume_open() refused the volume */
+
+/* Attribute, entry and negative-entry cache time handed to the kernel. */
+#define NX_FUSE_TIMEOUT		1.0
+
+/*
+ * nodes.c - the kernel's references to inodes: lookup count (nlookup,
+ * raised by every entry reply, lowered by forget) and open handles.
+ * All functions are called with the volume lock held.  The root inode is
+ * never tracked (the kernel never lets it go).
+ */
+struct nx_nodes;
+
+struct nx_nodes *nx_nodes_new(void);
+/* Free the table (does not release inodes: see nx_nodes_release_all). */
+void nx_nodes_free(struct nx_nodes *nodes);
+
+/* The kernel got an entry reply for INO: nlookup += 1.  ENOMEM possible. */
+errcode_t nx_nodes_lookup(struct nx_nodes *nodes, ext2_ino_t ino);
+/* FORGET: nlookup -= N; may release an unlinked inode. */
+errcode_t nx_nodes_forget(struct nx_nodes *nodes, struct nx_volume *vol,
+			  ext2_ino_t ino, uint64_t n);
+/* open/opendir/create and release/releasedir of INO. */
+errcode_t nx_nodes_open(struct nx_nodes *nodes, ext2_ino_t ino);
+errcode_t nx_nodes_close(struct nx_nodes *nodes, struct nx_volume *vol,
+			 ext2_ino_t ino);
+/*
+ * INO lost a name (unlink, rmdir, replaced by rename).  If the kernel
+ * still references it, release is deferred to the last forget/close;
+ * otherwise nx_inode_release() runs now.  (Release frees nothing while
+ * the inode still has links, so calling this for every victim is safe.)
+ */
+errcode_t nx_nodes_unlinked(struct nx_nodes *nodes, struct nx_volume *vol,
+			    ext2_ino_t ino);
+/* Does the kernel hold a reference (lookup or open) to INO? */
+int nx_nodes_busy(const struct nx_nodes *nodes, ext2_ino_t ino);
+/* Unmount: release every deferred inode and empty the table. */
+errcode_t nx_nodes_release_all(struct nx_nodes *nodes, struct nx_volume *vol);
+
+/* fuse_ops.c - the state behind the session (fuse_req_userdata). */
+struct nx_fuse {
+	struct nx_volume *vol;		/* owned until destroy closes it */
+	struct nx_nodes *nodes;		/* owned */
+	int dont_mask;			/* kernel leaves umask to us */
+	double timeout;			/* NX_FUSE_TIMEOUT unless tuned */
+	int closed;			/* destroy closed the volume */
+	errcode_t close_err;		/* ... with this result */
+};
+
+extern const struct fuse_lowlevel_ops nx_fuse_ops;
+
+/* fuse_main.c - run one mount. */
+struct nx_fuse_config {
+	const char *device;		/* absolute path of image or device */
+	const char *mountpoint;		/* absolute path */
+	int rdonly;			/* -o ro */
+	int foreground;			/* -f (or -d) */
+	int singlethread;		/* -s */
+	struct fuse_args *args;		/* argv[0] + options for the session */
+};
+
+/*
+ * Create the session (validates FUSE options), open the volume, mount,
+ * daemonise unless foreground, serve until unmount or signal, unmount,
+ * close the volume.  Errors are printed as one "nextfs-fuse: ..." line.
+ * Returns an NX_EXIT_* status.
+ */
+int nx_fuse_main(const struct nx_fuse_config *cfg);
+
+#endif
