@@ -4,13 +4,15 @@
  * Contract: FUSE node ids are inode numbers (FUSE_ROOT_ID <-> ext2 inode
  * 2, everything else identity; generation = i_generation), never paths.
  * Every operation runs the fs layer under the volume's big lock.  The
- * kernel does all permission checks (the daemon always mounts with
- * default_permissions); this layer adds what the VFS would check from
- * inode flags the kernel cannot see (immutable, append-only) and what a
- * read-only volume forbids (EROFS).  An inode that loses its last name
- * while the kernel still references it (looked up or open) is kept in
- * the node table and freed with nx_inode_release() on the last forget or
- * release, or at unmount.  At unmount (destroy) all pending inodes are
+ * kernel does the permission checks (the daemon always mounts with
+ * default_permissions, and negotiates POSIX ACLs: then the umask is
+ * applied here, after default-ACL inheritance); this layer adds what the
+ * VFS would check from inode flags the kernel cannot see (immutable,
+ * append-only) and what a read-only volume forbids (EROFS).  Times are
+ * clamped to ext4's range as the VFS does.  An inode that loses its last
+ * name while the kernel still references it (looked up or open) is kept
+ * in the node table and freed with nx_inode_release() on the last forget
+ * or release, or at unmount.  At unmount (destroy) all pending inodes are
  * released and the volume is closed (marked clean).
  */
 #ifndef NEXTFS_FUSE_OPS_H
@@ -62,6 +64,8 @@ errcode_t nx_nodes_close(struct nx_nodes *nodes, struct nx_volume *vol,
  */
 errcode_t nx_nodes_unlinked(struct nx_nodes *nodes, struct nx_volume *vol,
 			    ext2_ino_t ino);
+/* How many unlinked inodes wait for their last reference to go? */
+size_t nx_nodes_pending(const struct nx_nodes *nodes);
 /* Does the kernel hold a reference (lookup or open) to INO? */
 int nx_nodes_busy(const struct nx_nodes *nodes, ext2_ino_t ino);
 /* Unmount: release every deferred inode and empty the table. */
@@ -71,10 +75,10 @@ errcode_t nx_nodes_release_all(struct nx_nodes *nodes, struct nx_volume *vol);
 struct nx_fuse {
 	struct nx_volume *vol;		/* owned until destroy closes it */
 	struct nx_nodes *nodes;		/* owned */
-	int dont_mask;			/* kernel leaves umask to us */
+	struct fuse_session *se;	/* for invalidation notices */
+	int dont_mask;			/* POSIX ACLs: the umask is ours */
 	double timeout;			/* NX_FUSE_TIMEOUT unless tuned */
-	int closed;			/* destroy closed the volume */
-	errcode_t close_err;		/* ... with this result */
+	errcode_t close_err;		/* result of closing the volume */
 };
 
 extern const struct fuse_lowlevel_ops nx_fuse_ops;

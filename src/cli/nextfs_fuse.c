@@ -1,0 +1,269 @@
+/*
+ * nextfs_fuse.c - the nextfs-fuse command: argument parsing and checks.
+ *
+ * nextfs-fuse [-f] [-d] [-s] [-o OPTIONS] IMAGE_OR_DEVICE MOUNTPOINT
+ *
+ * Our own options are taken out with fuse_opt_parse(); every other -o
+ * option goes to libfuse, which rejects what it does not know.  We
+ * always add default_permissions (the kernel enforces the permission
+ * model), fsname=<image> and subtype=nextfs unless the user named them.
+ */
+#include "nextfs/fuse_ops.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <fuse_opt.h>
+
+#define PROG "nextfs-fuse"
+
+struct cli {
+	char *device;
+	char *mountpoint;
+	int foreground, singlethread, rdonly;
+	int help, version;
+	int have_fsname, have_subtype, have_default_permissions;
+};
+
+enum {
+	KEY_HELP, KEY_VERSION, KEY_FOREGROUND, KEY_DEBUG, KEY_SINGLE,
+	KEY_RO, KEY_RW, KEY_FSNAME, KEY_SUBTYPE, KEY_DEFAULT_PERMISSIONS,
+};
+
+static const struct fuse_opt cli_opts[] = {
+	FUSE_OPT_KEY("-h", KEY_HELP),
+	FUSE_OPT_KEY("--help", KEY_HELP),
+	FUSE_OPT_KEY("-V", KEY_VERSION),
+	FUSE_OPT_KEY("--version", KEY_VERSION),
+	FUSE_OPT_KEY("-f", KEY_FOREGROUND),
+	FUSE_OPT_KEY("-d", KEY_DEBUG),
+	FUSE_OPT_KEY("--debug", KEY_DEBUG),
+	FUSE_OPT_KEY("debug", KEY_DEBUG),
+	FUSE_OPT_KEY("-s", KEY_SINGLE),
+	FUSE_OPT_KEY("ro", KEY_RO),
+	FUSE_OPT_KEY("rw", KEY_RW),
+	FUSE_OPT_KEY("fsname=", KEY_FSNAME),
+	FUSE_OPT_KEY("subtype=", KEY_SUBTYPE),
+	FUSE_OPT_KEY("default_permissions", KEY_DEFAULT_PERMISSIONS),
+	FUSE_OPT_END
+};
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+"usage: " PROG " [-f] [-d] [-s] [-o OPTIONS] IMAGE_OR_DEVICE MOUNTPOINT\n"
+"\n"
+"Serve an ext2, ext3 or ext4 file system image or block device at\n"
+"MOUNTPOINT through FUSE.  Unmount with 'fusermount3 -u MOUNTPOINT'.\n"
+"\n"
+"Options:\n"
+"  -f               stay in the foreground\n"
+"  -d               print every FUSE request (implies -f)\n"
+"  -s               handle one request at a time (single thread)\n"
+"  -o ro            open the volume read-only: nothing is ever written\n"
+"  -o OPT[,OPT...]  FUSE mount options, e.g. allow_other, allow_root,\n"
+"                   auto_unmount, fsname=NAME, subtype=TYPE, max_read=N\n"
+"  -h, --help       show this help and the FUSE options, then exit\n"
+"  -V, --version    show the version, then exit\n"
+"\n"
+"Permissions: the file system is always mounted with default_permissions,\n"
+"so the kernel checks access against file modes, owners, groups and POSIX\n"
+"ACLs, enforces the sticky bit and the ownership rules of chmod, chown\n"
+"and utimes, and clears setuid/setgid bits on write and chown.  Without\n"
+"-o allow_other only the mounting user can access the mount.\n"
+"\n"
+"Exit status: 0 after a clean unmount, 1 on a usage or mount error (or\n"
+"when the volume could not be written back at unmount), 2 when the\n"
+"volume was refused (unsupported features, needs e2fsck, in use).\n");
+}
+
+static void version(void)
+{
+	const char *e2ver = NULL, *e2date = NULL;
+
+	ext2fs_get_library_version(&e2ver, &e2date);
+	printf(PROG " " NEXTFS_VERSION "\n");
+	printf("libfuse %s, libext2fs %s (%s)\n", fuse_pkgversion(),
+	       e2ver ? e2ver : "?", e2date ? e2date : "?");
+}
+
+static int positional(struct cli *c, const char *arg)
+{
+	if (!c->device) {
+		c->device = strdup(arg);
+		return c->device ? 0 : -1;
+	}
+	if (!c->mountpoint) {
+		c->mountpoint = strdup(arg);
+		return c->mountpoint ? 0 : -1;
+	}
+	fprintf(stderr, PROG ": unexpected argument '%s' (see --help)\n",
+		arg);
+	return -1;
+}
+
+/* 0: consumed, 1: keep for libfuse, -1: error (already reported). */
+static int opt_proc(void *data, const char *arg, int key,
+		    struct fuse_args *outargs)
+{
+	struct cli *c = data;
+
+	switch (key) {
+	case FUSE_OPT_KEY_NONOPT:
+		return positional(c, arg);
+	case FUSE_OPT_KEY_OPT:
+		if (arg[0] == '-') {
+			fprintf(stderr, PROG ": unknown option '%s' "
+				"(see --help)\n", arg);
+			return -1;
+		}
+		return 1;	/* a -o option: libfuse decides */
+	case KEY_HELP:
+		c->help = 1;
+		return 0;
+	case KEY_VERSION:
+		c->version = 1;
+		return 0;
+	case KEY_FOREGROUND:
+		c->foreground = 1;
+		return 0;
+	case KEY_DEBUG:
+		c->foreground = 1;
+		return 1;
+	case KEY_SINGLE:
+		c->singlethread = 1;
+		return 0;
+	case KEY_RO:
+		c->rdonly = 1;
+		return 1;
+	case KEY_RW:
+		c->rdonly = 0;
+		return 1;
+	case KEY_FSNAME:
+		c->have_fsname = 1;
+		return 1;
+	case KEY_SUBTYPE:
+		c->have_subtype = 1;
+		return 1;
+	case KEY_DEFAULT_PERMISSIONS:
+		c->have_default_permissions = 1;
+		return 1;
+	}
+	return 1;
+}
+
+/* Resolve PATH to an absolute path; one error line if it is unusable. */
+static char *checked_path(const char *path, int want_dir)
+{
+	char *abs;
+	struct stat st;
+
+	if (stat(path, &st) != 0) {
+		fprintf(stderr, PROG ": %s: %s\n", path, strerror(errno));
+		return NULL;
+	}
+	if (want_dir && !S_ISDIR(st.st_mode)) {
+		fprintf(stderr, PROG ": %s: %s\n", path, strerror(ENOTDIR));
+		return NULL;
+	}
+	if (!want_dir && !S_ISREG(st.st_mode) && !S_ISBLK(st.st_mode)) {
+		fprintf(stderr, PROG ": %s: not an image file or block "
+			"device\n", path);
+		return NULL;
+	}
+	abs = realpath(path, NULL);
+	if (!abs)
+		fprintf(stderr, PROG ": %s: %s\n", path, strerror(errno));
+	return abs;
+}
+
+/* The -o options we always add (unless given): see the file comment. */
+static int add_our_options(struct fuse_args *args, const struct cli *c,
+			   const char *device)
+{
+	char *opts = NULL, *fsname = NULL;
+	int ret = -1;
+
+	if (!c->have_default_permissions &&
+	    fuse_opt_add_opt(&opts, "default_permissions") != 0)
+		goto out;
+	if (!c->have_subtype && fuse_opt_add_opt(&opts, "subtype=nextfs") != 0)
+		goto out;
+	if (!c->have_fsname) {
+		if (asprintf(&fsname, "fsname=%s", device) < 0) {
+			fsname = NULL;
+			goto out;
+		}
+		if (fuse_opt_add_opt_escaped(&opts, fsname) != 0)
+			goto out;
+	}
+	ret = 0;
+	if (opts && (fuse_opt_add_arg(args, "-o") != 0 ||
+		     fuse_opt_add_arg(args, opts) != 0))
+		ret = -1;
+out:
+	free(fsname);
+	free(opts);
+	return ret;
+}
+
+int main(int argc, char *argv[])
+{
+	struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
+	struct nx_fuse_config cfg;
+	struct cli c;
+	char *device = NULL, *mountpoint = NULL;
+	int status = NX_EXIT_USAGE;
+
+	memset(&c, 0, sizeof(c));
+	if (fuse_opt_parse(&args, &c, cli_opts, opt_proc) != 0)
+		goto out;
+	if (c.help) {
+		usage(stdout);
+		printf("\nFUSE options:\n");
+		fflush(stdout);
+		fuse_lowlevel_help();
+		status = NX_EXIT_OK;
+		goto out;
+	}
+	if (c.version) {
+		version();
+		status = NX_EXIT_OK;
+		goto out;
+	}
+	if (!c.device || !c.mountpoint) {
+		fprintf(stderr, PROG ": missing %s (usage: " PROG " [-f] [-d] "
+			"[-s] [-o OPTIONS] IMAGE_OR_DEVICE MOUNTPOINT)\n",
+			c.device ? "MOUNTPOINT" : "IMAGE_OR_DEVICE and "
+			"MOUNTPOINT");
+		goto out;
+	}
+	device = checked_path(c.device, 0);
+	if (!device)
+		goto out;
+	mountpoint = checked_path(c.mountpoint, 1);
+	if (!mountpoint)
+		goto out;
+	if (add_our_options(&args, &c, device) != 0) {
+		fprintf(stderr, PROG ": out of memory\n");
+		goto out;
+	}
+	memset(&cfg, 0, sizeof(cfg));
+	cfg.device = device;
+	cfg.mountpoint = mountpoint;
+	cfg.rdonly = c.rdonly;
+	cfg.foreground = c.foreground;
+	cfg.singlethread = c.singlethread;
+	cfg.args = &args;
+	status = nx_fuse_main(&cfg);
+out:
+	free(device);
+	free(mountpoint);
+	free(c.device);
+	free(c.mountpoint);
+	fuse_opt_free_args(&args);
+	return status;
+}

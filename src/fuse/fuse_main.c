@@ -1,0 +1,189 @@
+/*
+ * fuse_main.c - one mount of a volume, from session creation to close.
+ *
+ * Order matters for the user: everything that can fail with a useful
+ * message (FUSE options, opening the volume, mounting) happens before we
+ * daemonise, while stderr is still the user's terminal.  After that,
+ * messages go to syslog.  The volume is closed (and so marked clean) only
+ * after the kernel can no longer send requests.
+ */
+#include "nextfs/fuse_ops.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <syslog.h>
+#include <et/com_err.h>
+
+static int log_to_syslog;
+
+/*
+ * Every libfuse and nextfs message: to syslog once in the background,
+ * else to stderr with our prefix at the start of each line (libfuse
+ * sometimes builds one line from several calls).
+ */
+static void nx_log(enum fuse_log_level level, const char *fmt, va_list ap)
+{
+	static int at_line_start = 1;
+	char buf[1024];
+	size_t len;
+
+	if (log_to_syslog) {
+		vsyslog((int)level, fmt, ap);
+		return;
+	}
+	vsnprintf(buf, sizeof(buf), fmt, ap);
+	len = strlen(buf);
+	if (!len)
+		return;
+	if (at_line_start && level <= FUSE_LOG_NOTICE)
+		fputs("nextfs-fuse: ", stderr);
+	fputs(buf, stderr);
+	at_line_start = buf[len - 1] == '\n';
+}
+
+static void nx_err(const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	if (log_to_syslog) {
+		vsyslog(LOG_ERR, fmt, ap);
+	} else {
+		fputs("nextfs-fuse: ", stderr);
+		vfprintf(stderr, fmt, ap);
+		fputc('\n', stderr);
+	}
+	va_end(ap);
+}
+
+static void go_background(void)
+{
+	openlog("nextfs-fuse", LOG_PID, LOG_DAEMON);
+	log_to_syslog = 1;
+}
+
+static int run_loop(struct fuse_session *se, int singlethread)
+{
+	struct fuse_loop_config *config;
+	int ret;
+
+	if (singlethread)
+		return fuse_session_loop(se);
+	config = fuse_loop_cfg_create();
+	if (!config)
+		return -ENOMEM;
+	ret = fuse_session_loop_mt(se, config);
+	fuse_loop_cfg_destroy(config);
+	return ret;
+}
+
+/*
+ * If the kernel never completed INIT, destroy never ran: release and
+ * close here.  Returns the close result either way.
+ */
+static errcode_t close_volume(struct nx_fuse *fs)
+{
+	errcode_t err = 0;
+
+	if (fs->vol) {
+		nx_volume_lock(fs->vol);
+		err = nx_nodes_release_all(fs->nodes, fs->vol);
+		nx_volume_unlock(fs->vol);
+		fs->close_err = nx_volume_close(fs->vol);
+		if (!fs->close_err)
+			fs->close_err = err;
+		fs->vol = NULL;
+	}
+	return fs->close_err;
+}
+
+static int open_volume(struct nx_fuse *fs, const struct nx_fuse_config *cfg)
+{
+	char msg[512];
+	errcode_t err;
+
+	err = nx_volume_open(cfg->device, cfg->rdonly ? NX_VOL_RDONLY : 0,
+			     &fs->vol, msg, sizeof(msg));
+	if (err) {
+		fs->vol = NULL;
+		nx_err("%s", msg[0] ? msg : error_message(err));
+		return -1;
+	}
+	return 0;
+}
+
+int nx_fuse_main(const struct nx_fuse_config *cfg)
+{
+	struct nx_fuse fs;
+	struct fuse_session *se = NULL;
+	int status = NX_EXIT_USAGE, mounted = 0, handlers = 0, ret;
+	errcode_t err;
+
+	memset(&fs, 0, sizeof(fs));
+	fs.timeout = NX_FUSE_TIMEOUT;
+	fuse_set_log_func(nx_log);
+	fs.nodes = nx_nodes_new();
+	if (!fs.nodes) {
+		nx_err("out of memory");
+		return NX_EXIT_USAGE;
+	}
+	/* Validates the FUSE options before anything touches the volume. */
+	se = fuse_session_new(cfg->args, &nx_fuse_ops, sizeof(nx_fuse_ops),
+			      &fs);
+	if (!se)
+		goto out;
+	fs.se = se;
+	/* Early, so that a signal during mount still unmounts cleanly. */
+	if (fuse_set_signal_handlers(se) != 0) {
+		nx_err("cannot install signal handlers");
+		goto out;
+	}
+	handlers = 1;
+	if (open_volume(&fs, cfg) != 0) {
+		status = NX_EXIT_REFUSED;
+		goto out;
+	}
+	if (fuse_session_mount(se, cfg->mountpoint) != 0) {
+		nx_err("cannot mount %s on %s", cfg->device, cfg->mountpoint);
+		goto out;
+	}
+	mounted = 1;
+	if (fuse_daemonize(cfg->foreground) != 0) {
+		nx_err("cannot go to the background");
+		goto out;
+	}
+	if (!cfg->foreground)
+		go_background();
+	ret = run_loop(se, cfg->singlethread);
+	/*
+	 * An aborted connection (fusectl abort, umount -f) ends the session
+	 * like an unmount: the kernel sends nothing more, and we still
+	 * unmount and close the volume cleanly below.
+	 */
+	if (ret == -ECONNABORTED)
+		nx_err("the kernel aborted the connection; closing the volume");
+	else if (ret < 0)
+		nx_err("request loop failed: %s", strerror(-ret));
+	if (ret >= 0 || ret == -ECONNABORTED)
+		status = NX_EXIT_OK;
+out:
+	if (se) {
+		if (mounted)
+			fuse_session_unmount(se);
+		if (handlers)
+			fuse_remove_signal_handlers(se);
+		fuse_session_destroy(se);	/* runs destroy: closes */
+	}
+	err = close_volume(&fs);
+	if (err) {
+		nx_err("%s: error writing the volume back: %s", cfg->device,
+		       error_message(err));
+		status = NX_EXIT_USAGE;
+	}
+	nx_nodes_free(fs.nodes);
+	if (log_to_syslog)
+		closelog();
+	return status;
+}
