@@ -79,9 +79,42 @@ struct nx_fuse {
 	int dont_mask;			/* POSIX ACLs: the umask is ours */
 	double timeout;			/* NX_FUSE_TIMEOUT unless tuned */
 	errcode_t close_err;		/* result of closing the volume */
+	/* snapshot views (snap_ops.c) */
+	fuse_ino_t space;		/* snapshot id << 32; 0 for the live tree */
+	struct timespec root_mtime;	/* views: the take time, shown on "/" */
+	int hides_snapdir;		/* "/" holds a real /.snapshots */
+	struct nx_fuse **views;		/* live: one per snapshot id browsed */
+	size_t nviews;
 };
 
+/* The operations proper (fuse_ops.c); they serve the live tree and views. */
 extern const struct fuse_lowlevel_ops nx_fuse_ops;
+
+/*
+ * snap_ops.c - what the session runs: nx_fuse_ops plus the snapshot
+ * views.  Node ids carry a snapshot id in their high 32 bits (0 = live
+ * tree; ids are never reused, so node ids never alias); the virtual
+ * directory MNT/.snapshots has NX_SNAPDIR_NODEID.  A request for a view
+ * runs nx_fuse_ops with nx_fuse_current pointing at the view's nx_fuse
+ * (its vol is the read-only view, which shares the live lock); anything
+ * that would change a view fails with EROFS.  "/.snapshots" is hidden
+ * from every root directory listing: the live tree shows the virtual
+ * directory on lookup only (like ZFS's hidden .zfs), so that find, du or
+ * cp -a of the mount do not descend into every snapshot.
+ */
+#define NX_NODE_INO_MASK	0xffffffffULL
+#define NX_NODE_SPACE_SHIFT	32
+#define NX_SPACE_SNAPDIR	0xffffffffULL
+#define NX_SNAPDIR_NODEID	((NX_SPACE_SNAPDIR << NX_NODE_SPACE_SHIFT) | \
+				 FUSE_ROOT_ID)
+extern const struct fuse_lowlevel_ops nx_fuse_snap_ops;
+extern __thread struct nx_fuse *nx_fuse_current;
+
+/* Is NAME in directory DIR the hidden snapshot directory? */
+int nx_fuse_hidden(ext2_ino_t dir, const char *name, size_t namelen);
+/* Adjust the attributes of "/" for the view FS is (see above). */
+void nx_fuse_fix_stat(const struct nx_fuse *fs, ext2_ino_t ino,
+		      struct stat *st);
 
 /* fuse_main.c - run one mount. */
 struct nx_fuse_config {

@@ -34,6 +34,7 @@ struct nx_volume {
 	pthread_mutex_t lock;		/* the big lock around all fs access */
 	struct nx_blkio *io;		/* our block I/O layer state (not owned) */
 	struct nx_snapstore *snap;	/* snapshot store, or NULL (snapshot.h) */
+	struct nx_volume *parent;	/* a snapshot view's live volume, or NULL */
 };
 
 /*
@@ -65,14 +66,15 @@ static inline int nx_volume_rdonly(const struct nx_volume *vol)
 	return (vol->flags & NX_VOL_RDONLY) != 0;
 }
 
+/* A view reads through its live volume: both share the live lock. */
 static inline void nx_volume_lock(struct nx_volume *vol)
 {
-	pthread_mutex_lock(&vol->lock);
+	pthread_mutex_lock(&(vol->parent ? vol->parent : vol)->lock);
 }
 
 static inline void nx_volume_unlock(struct nx_volume *vol)
 {
-	pthread_mutex_unlock(&vol->lock);
+	pthread_mutex_unlock(&(vol->parent ? vol->parent : vol)->lock);
 }
 
 /*

@@ -130,7 +130,8 @@ int nx_fuse_main(const struct nx_fuse_config *cfg)
 		return NX_EXIT_USAGE;
 	}
 	/* Validates the FUSE options before anything touches the volume. */
-	se = fuse_session_new(cfg->args, &nx_fuse_ops, sizeof(nx_fuse_ops),
+	se = fuse_session_new(cfg->args, &nx_fuse_snap_ops,
+			      sizeof(nx_fuse_snap_ops),
 			      &fs);
 	if (!se)
 		goto out;

@@ -53,19 +53,24 @@
 /* ------------------------------------------------------------------ */
 /* Small helpers                                                       */
 
+/* The live volume, or the snapshot view snap_ops.c is serving now. */
 static struct nx_fuse *req_fs(fuse_req_t req)
 {
-	return fuse_req_userdata(req);
+	return nx_fuse_current ? nx_fuse_current : fuse_req_userdata(req);
 }
 
+/* Node ids: snapshot id in the high 32 bits (0: live), inode below. */
 static ext2_ino_t to_ext2(fuse_ino_t nodeid)
 {
-	return nodeid == FUSE_ROOT_ID ? EXT2_ROOT_INO : (ext2_ino_t)nodeid;
+	ext2_ino_t ino = (ext2_ino_t)(nodeid & NX_NODE_INO_MASK);
+
+	return ino == FUSE_ROOT_ID ? EXT2_ROOT_INO : ino;
 }
 
-static fuse_ino_t to_fuse(ext2_ino_t ino)
+static fuse_ino_t to_fuse(const struct nx_fuse *fs, ext2_ino_t ino)
 {
-	return ino == EXT2_ROOT_INO ? FUSE_ROOT_ID : (fuse_ino_t)ino;
+	return fs->space | (ino == EXT2_ROOT_INO ? FUSE_ROOT_ID :
+			    (fuse_ino_t)ino);
 }
 
 static void reply_err(fuse_req_t req, errcode_t err)
@@ -135,9 +140,10 @@ static errcode_t fill_entry(struct nx_fuse *fs, ext2_ino_t ino,
 	if (inode_gone(fs, ino, &inode))
 		return ESTALE;
 	memset(e, 0, sizeof(*e));
-	e->ino = to_fuse(ino);
+	e->ino = to_fuse(fs, ino);
 	e->generation = inode.i_generation;
 	nx_inode_to_stat(fs->vol, ino, &inode, &e->attr);
+	nx_fuse_fix_stat(fs, ino, &e->attr);
 	e->attr_timeout = fs->timeout;
 	e->entry_timeout = fs->timeout;
 	return 0;
@@ -560,6 +566,8 @@ static void nx_op_getattr(fuse_req_t req, fuse_ino_t nodeid,
 
 	nx_volume_lock(fs->vol);
 	err = nx_getattr(fs->vol, to_ext2(nodeid), &st);
+	if (!err)
+		nx_fuse_fix_stat(fs, to_ext2(nodeid), &st);
 	nx_volume_unlock(fs->vol);
 	if (err)
 		reply_err(req, err);
@@ -1084,6 +1092,7 @@ struct dirbuf {
 	size_t size, used;
 	ext2_ino_t *refs;		/* inodes counted for this reply */
 	size_t nrefs, maxrefs;
+	ext2_ino_t dir;			/* the directory being listed */
 };
 
 static int is_dot_or_dotdot(const char *name)
@@ -1127,6 +1136,8 @@ static int fill_dir(void *priv, const char *name, size_t namelen,
 
 	if (namelen > NX_NAME_MAX)
 		return 0;	/* cannot be a valid name: skip it */
+	if (nx_fuse_hidden(db->dir, name, namelen))
+		return 0;
 	memcpy(nm, name, namelen);
 	nm[namelen] = 0;
 	memset(&st, 0, sizeof(st));
@@ -1155,6 +1166,7 @@ static void do_readdir(fuse_req_t req, fuse_ino_t nodeid, size_t size,
 	db.req = req;
 	db.fs = fs;
 	db.plus = plus;
+	db.dir = to_ext2(nodeid);
 	db.size = size;
 	db.buf = malloc(size ? size : 1);
 	if (plus) {

@@ -48,6 +48,8 @@ struct nx_snapstore {
 	int for_snapshot;		/* libext2fs is mapping snapshot blocks */
 	int applying;			/* apply_pending is running */
 	ext2fs_block_bitmap keep;	/* blocks a delete hands to an older snapshot */
+	struct nx_volume **dead_views;	/* views of deleted snapshots */
+	size_t ndead;
 	unsigned long preserved;	/* count of preservations, ever */
 	blk64_t copy_goal;		/* where the next copy is allocated */
 	void (*old_stats)(ext2_filsys, blk64_t, int);

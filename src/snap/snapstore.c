@@ -52,7 +52,7 @@ static void free_snap(struct nx_snap *s)
 {
 	if (!s)
 		return;
-	nx_snap_view_close(s->view);
+	nx_snap_view_close(s->view);	/* callers retire views first */
 	if (s->mapped)
 		ext2fs_free_block_bitmap(s->mapped);
 	free(s);
@@ -210,10 +210,34 @@ fail:
 	return err;
 }
 
+/*
+ * A deleted snapshot's view may still be in use by a request that looked
+ * it up before the delete: keep it (reads now fail cleanly, the snapshot
+ * being gone) until the volume is closed.
+ */
+static void retire_view(struct nx_snapstore *store, struct nx_snap *s)
+{
+	struct nx_volume **grown;
+
+	if (!s->view)
+		return;
+	grown = realloc(store->dead_views,
+			(store->ndead + 1) * sizeof(*grown));
+	if (!grown)
+		return;		/* keep it attached: closed with the snap */
+	store->dead_views = grown;
+	store->dead_views[store->ndead++] = s->view;
+	s->view = NULL;
+}
+
 static void free_store(struct nx_snapstore *store)
 {
+	size_t d;
 	int i;
 
+	for (d = 0; d < store->ndead; d++)
+		nx_snap_view_close(store->dead_views[d]);
+	free(store->dead_views);
 	for (i = 0; i < store->nsnaps; i++)
 		free_snap(store->snaps[i]);
 	free(store->snaps);
@@ -324,6 +348,9 @@ static void fill_info(struct nx_snapstore *store, struct nx_snap *s,
 		info->blocks = ext2fs_get_stat_i_blocks(store->vol->fs,
 				(struct ext2_inode *)&inode) /
 			       (store->vol->fs->blocksize / 512);
+	/* Preserved but not yet written into the inode's map. */
+	if (s == store->active)
+		info->blocks += store->pending.count;
 }
 
 static struct nx_snap *find_by_name(struct nx_snapstore *store,
@@ -917,6 +944,7 @@ errcode_t nx_snap_delete(struct nx_volume *vol, const char *name)
 	memmove(&store->snaps[idx], &store->snaps[idx + 1],
 		(store->nsnaps - idx - 1) * sizeof(*store->snaps));
 	store->nsnaps--;
+	retire_view(store, s);
 	free_snap(s);
 	if (was_active) {
 		struct nx_snap *older = idx > 0 ? store->snaps[idx - 1] : NULL;

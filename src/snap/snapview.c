@@ -315,6 +315,7 @@ errcode_t nx_snap_view_open(struct nx_volume *vol, ext2_ino_t snap_ino,
 	view->lock_fd = -1;
 	view->io = NULL;
 	view->snap = NULL;
+	view->parent = vol;
 	pthread_mutex_init(&view->lock, NULL);
 	*ret = view;
 	return 0;

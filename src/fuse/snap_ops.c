@@ -1,0 +1,748 @@
+/*
+ * snap_ops.c - the snapshot views in the mounted tree (see fuse_ops.h).
+ *
+ * The session runs nx_fuse_snap_ops: a copy of nx_fuse_ops in which every
+ * operation first looks at the node id.  Live nodes (space 0) go straight
+ * to nx_fuse_ops, except names that would touch "/.snapshots".  Nodes of a
+ * snapshot (space = snapshot id) run the same nx_fuse_ops code with
+ * nx_fuse_current pointing at that snapshot's view; operations that would
+ * change it fail with EROFS here, before reaching it.  The virtual
+ * directory .snapshots itself is served here: lookup and readdir list the
+ * snapshots, mkdir takes one, rmdir deletes one.
+ */
+#include "nextfs/fuse_ops.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include "nextfs/dir.h"
+#include "nextfs/inode.h"
+#include "nextfs/snapshot.h"
+
+#define SNAPDIR_NAME	NX_SNAPDIR_NAME
+#define LIST_XATTR	"user.nextfs.snapshots"
+
+__thread struct nx_fuse *nx_fuse_current;
+
+static struct nx_fuse *live_fs(fuse_req_t req)
+{
+	return fuse_req_userdata(req);
+}
+
+static uint64_t space_of(fuse_ino_t nodeid)
+{
+	return nodeid >> NX_NODE_SPACE_SHIFT;
+}
+
+static int is_snapdir_name(fuse_ino_t parent, const char *name)
+{
+	return parent == FUSE_ROOT_ID && !strcmp(name, SNAPDIR_NAME);
+}
+
+int nx_fuse_hidden(ext2_ino_t dir, const char *name, size_t namelen)
+{
+	return dir == EXT2_ROOT_INO && namelen == strlen(SNAPDIR_NAME) &&
+	       !memcmp(name, SNAPDIR_NAME, namelen);
+}
+
+void nx_fuse_fix_stat(const struct nx_fuse *fs, ext2_ino_t ino,
+		      struct stat *st)
+{
+	int hidden;
+
+	if (ino != EXT2_ROOT_INO)
+		return;
+	hidden = fs->space ? fs->hides_snapdir :
+			     nx_snap_dir_ino(fs->vol) != 0;
+	/* The hidden directory is not a subdirectory anyone can see. */
+	if (hidden && st->st_nlink > 2)
+		st->st_nlink--;
+	if (fs->space)
+		st->st_mtim = fs->root_mtime;
+}
+
+/* ------------------------------------------------------------------ */
+/* Views                                                               */
+
+/* The nx_fuse of snapshot ID, created on first use.  Live lock held. */
+static errcode_t view_fs(struct nx_fuse *live, uint32_t id,
+			 struct nx_fuse **ret)
+{
+	struct nx_snapinfo info;
+	struct nx_fuse *v, **grown;
+	struct nx_volume *view;
+	ext2_ino_t hidden = 0;
+	errcode_t err;
+	size_t i;
+
+	for (i = 0; i < live->nviews; i++)
+		if (live->views[i]->space >> NX_NODE_SPACE_SHIFT == id) {
+			/* Deleted since: its view is gone (ESTALE below). */
+			if (nx_snap_find_id(live->vol, id, NULL))
+				return ESTALE;
+			*ret = live->views[i];
+			return 0;
+		}
+	err = nx_snap_find_id(live->vol, id, &info);
+	if (err)
+		return ESTALE;
+	err = nx_snap_view_get(live->vol, id, &view);
+	if (err)
+		return err;
+	grown = realloc(live->views, (live->nviews + 1) * sizeof(*grown));
+	v = calloc(1, sizeof(*v));
+	if (grown)
+		live->views = grown;
+	if (!grown || !v) {
+		free(v);
+		return ENOMEM;
+	}
+	v->nodes = nx_nodes_new();
+	if (!v->nodes) {
+		free(v);
+		return ENOMEM;
+	}
+	v->vol = view;
+	v->se = live->se;
+	v->dont_mask = live->dont_mask;
+	v->timeout = live->timeout;
+	v->space = (fuse_ino_t)id << NX_NODE_SPACE_SHIFT;
+	v->root_mtime = info.taken;
+	v->hides_snapdir = nx_lookup(view, EXT2_ROOT_INO, SNAPDIR_NAME,
+				     &hidden) == 0;
+	live->views[live->nviews++] = v;
+	*ret = v;
+	return 0;
+}
+
+static void free_views(struct nx_fuse *live)
+{
+	size_t i;
+
+	for (i = 0; i < live->nviews; i++) {
+		nx_nodes_free(live->views[i]->nodes);
+		free(live->views[i]);
+	}
+	free(live->views);
+	live->views = NULL;
+	live->nviews = 0;
+}
+
+/*
+ * Point nx_fuse_current at the view serving NODEID, or reply with an
+ * error and return 0.
+ */
+static int enter_view(fuse_req_t req, fuse_ino_t nodeid)
+{
+	struct nx_fuse *live = live_fs(req), *v = NULL;
+	errcode_t err;
+
+	nx_volume_lock(live->vol);
+	err = view_fs(live, (uint32_t)space_of(nodeid), &v);
+	nx_volume_unlock(live->vol);
+	if (err) {
+		fuse_reply_err(req, nx_errno(err));
+		return 0;
+	}
+	nx_fuse_current = v;
+	return 1;
+}
+
+static void leave_view(void)
+{
+	nx_fuse_current = NULL;
+}
+
+/* ------------------------------------------------------------------ */
+/* The virtual .snapshots directory                                    */
+
+static void snapdir_stat(struct nx_fuse *live, struct stat *st)
+{
+	struct nx_snapinfo *list = NULL;
+	int n = 0;
+
+	memset(st, 0, sizeof(*st));
+	nx_volume_lock(live->vol);
+	nx_getattr(live->vol, EXT2_ROOT_INO, st);
+	if (nx_snap_list(live->vol, &list, &n) == 0 && n)
+		st->st_mtim = list[n - 1].taken;
+	nx_volume_unlock(live->vol);
+	free(list);
+	/* Owned like "/": whoever owns the volume's root takes snapshots. */
+	st->st_ino = NX_SNAPDIR_NODEID;
+	st->st_mode = S_IFDIR | 0755;
+	st->st_nlink = 2 + n;
+	st->st_size = 0;
+	st->st_blocks = 0;
+	st->st_ctim = st->st_mtim;
+}
+
+static void reply_snapdir_entry(fuse_req_t req)
+{
+	struct fuse_entry_param e;
+
+	memset(&e, 0, sizeof(e));
+	e.ino = NX_SNAPDIR_NODEID;
+	e.generation = 1;
+	snapdir_stat(live_fs(req), &e.attr);
+	/* Its content changes under mkdir/rmdir: keep caching short. */
+	e.attr_timeout = 0;
+	e.entry_timeout = live_fs(req)->timeout;
+	fuse_reply_entry(req, &e);
+}
+
+/* Entry for the root of snapshot NAME, counted in its view's node table. */
+static void reply_snapshot_root(fuse_req_t req, const char *name)
+{
+	struct nx_fuse *live = live_fs(req);
+	struct nx_snapinfo info;
+	errcode_t err;
+
+	nx_volume_lock(live->vol);
+	err = nx_snap_find(live->vol, name, &info);
+	nx_volume_unlock(live->vol);
+	if (err) {
+		fuse_reply_err(req, ENOENT);
+		return;
+	}
+	if (!enter_view(req, ((fuse_ino_t)info.id << NX_NODE_SPACE_SHIFT) |
+			     FUSE_ROOT_ID))
+		return;
+	/* "." of a node looks the node itself up (export support). */
+	nx_fuse_ops.lookup(req, ((fuse_ino_t)info.id << NX_NODE_SPACE_SHIFT) |
+			   FUSE_ROOT_ID, ".");
+	leave_view();
+}
+
+static void snapdir_mkdir(fuse_req_t req, const char *name)
+{
+	struct nx_fuse *live = live_fs(req);
+	errcode_t err;
+
+	nx_volume_lock(live->vol);
+	err = nx_snap_take(live->vol, name, NULL);
+	nx_volume_unlock(live->vol);
+	if (err) {
+		fuse_reply_err(req, nx_errno(err));
+		return;
+	}
+	reply_snapshot_root(req, name);
+}
+
+static void snapdir_rmdir(fuse_req_t req, const char *name)
+{
+	struct nx_fuse *live = live_fs(req);
+	errcode_t err;
+
+	nx_volume_lock(live->vol);
+	err = nx_snap_delete(live->vol, name);
+	nx_volume_unlock(live->vol);
+	fuse_reply_err(req, nx_errno(err));
+}
+
+/* "ID NS BLOCKS BLOCKSIZE NAME" per line, for nextfs snapshot list. */
+static char *list_text(struct nx_fuse *live, size_t *len)
+{
+	struct nx_snapinfo *list = NULL;
+	size_t cap = 64, used = 0;
+	char *text;
+	int n = 0, i;
+
+	nx_volume_lock(live->vol);
+	if (nx_snap_list(live->vol, &list, &n))
+		n = 0;
+	for (i = 0; i < n; i++)
+		cap += strlen(list[i].name) + 80;
+	text = malloc(cap);
+	for (i = 0; text && i < n; i++)
+		used += snprintf(text + used, cap - used,
+				 "%u %" PRIu64 " %" PRIu64 " %u %s\n",
+				 list[i].id,
+				 (uint64_t)((uint64_t)list[i].taken.tv_sec *
+					    1000000000U + list[i].taken.tv_nsec),
+				 (uint64_t)list[i].blocks,
+				 live->vol->fs->blocksize, list[i].name);
+	nx_volume_unlock(live->vol);
+	free(list);
+	*len = used;
+	return text;
+}
+
+static void snapdir_getxattr(fuse_req_t req, const char *name, size_t size)
+{
+	size_t len;
+	char *text;
+
+	if (strcmp(name, LIST_XATTR)) {
+		fuse_reply_err(req, ENODATA);
+		return;
+	}
+	text = list_text(live_fs(req), &len);
+	if (!text)
+		fuse_reply_err(req, ENOMEM);
+	else if (!size)
+		fuse_reply_xattr(req, len);
+	else if (size < len)
+		fuse_reply_err(req, ERANGE);
+	else
+		fuse_reply_buf(req, text, len);
+	free(text);
+}
+
+static void snapdir_listxattr(fuse_req_t req, size_t size)
+{
+	size_t len = sizeof(LIST_XATTR);
+
+	if (!size)
+		fuse_reply_xattr(req, len);
+	else if (size < len)
+		fuse_reply_err(req, ERANGE);
+	else
+		fuse_reply_buf(req, LIST_XATTR, len);
+}
+
+/*
+ * Cookies: 1 and 2 after "." and "..", then 3 + index of the snapshot
+ * (oldest first).  Entries carry no attributes in readdirplus (node id
+ * 0): the kernel then just lists the name and looks it up on use.
+ */
+static void snapdir_readdir(fuse_req_t req, size_t size, off_t off, int plus)
+{
+	struct nx_fuse *live = live_fs(req);
+	struct nx_snapinfo *list = NULL;
+	char *buf = malloc(size ? size : 1);
+	size_t used = 0;
+	int n = 0, i;
+
+	if (!buf) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	nx_volume_lock(live->vol);
+	if (nx_snap_list(live->vol, &list, &n))
+		n = 0;
+	nx_volume_unlock(live->vol);
+	for (i = (int)off; i < n + 2; i++) {
+		const char *name = i == 0 ? "." : i == 1 ? ".." :
+				   list[i - 2].name;
+		struct fuse_entry_param e;
+		size_t len;
+
+		memset(&e, 0, sizeof(e));
+		e.attr.st_mode = S_IFDIR;
+		e.attr.st_ino = i < 2 ? NX_SNAPDIR_NODEID : EXT2_ROOT_INO;
+		len = plus ? fuse_add_direntry_plus(req, buf + used,
+						    size - used, name, &e,
+						    i + 1) :
+			     fuse_add_direntry(req, buf + used, size - used,
+					       name, &e.attr, i + 1);
+		if (len > size - used)
+			break;
+		used += len;
+	}
+	free(list);
+	fuse_reply_buf(req, buf, used);
+	free(buf);
+}
+
+/* ------------------------------------------------------------------ */
+/* Dispatch                                                            */
+
+/* Runs OP_CALL for NODEID in whatever space it belongs to. */
+#define DISPATCH(req, nodeid, snapdir_code, op_call)			\
+	do {								\
+		uint64_t sp_ = space_of(nodeid);			\
+		if (sp_ == 0) {						\
+			op_call;					\
+		} else if (sp_ == NX_SPACE_SNAPDIR) {			\
+			snapdir_code;					\
+		} else if (enter_view(req, nodeid)) {			\
+			op_call;					\
+			leave_view();					\
+		}							\
+	} while (0)
+
+/* Changing operations: EROFS in a view, EPERM in .snapshots. */
+#define DISPATCH_CHANGE(req, nodeid, op_call)				\
+	do {								\
+		uint64_t sp_ = space_of(nodeid);			\
+		if (sp_ == 0)						\
+			op_call;					\
+		else							\
+			fuse_reply_err(req, sp_ == NX_SPACE_SNAPDIR ?	\
+				       EPERM : EROFS);			\
+	} while (0)
+
+static void s_init(void *userdata, struct fuse_conn_info *conn)
+{
+	nx_fuse_ops.init(userdata, conn);
+}
+
+static void s_destroy(void *userdata)
+{
+	struct nx_fuse *live = userdata;
+
+	if (live->vol) {
+		nx_volume_lock(live->vol);
+		free_views(live);
+		nx_volume_unlock(live->vol);
+	}
+	nx_fuse_ops.destroy(userdata);
+}
+
+static void s_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	if (is_snapdir_name(parent, name)) {
+		reply_snapdir_entry(req);
+		return;
+	}
+	DISPATCH(req, parent, reply_snapshot_root(req, name),
+		 nx_fuse_ops.lookup(req, parent, name));
+}
+
+static void forget_one(fuse_req_t req, fuse_ino_t nodeid, uint64_t n)
+{
+	struct nx_fuse *live = live_fs(req), *v;
+
+	if (space_of(nodeid) == NX_SPACE_SNAPDIR)
+		return;
+	nx_volume_lock(live->vol);
+	if (view_fs(live, (uint32_t)space_of(nodeid), &v) == 0)
+		nx_nodes_forget(v->nodes, v->vol,
+				(ext2_ino_t)(nodeid & NX_NODE_INO_MASK), n);
+	nx_volume_unlock(live->vol);
+}
+
+static void s_forget(fuse_req_t req, fuse_ino_t nodeid, uint64_t nlookup)
+{
+	if (!space_of(nodeid)) {
+		nx_fuse_ops.forget(req, nodeid, nlookup);
+		return;
+	}
+	forget_one(req, nodeid, nlookup);
+	fuse_reply_none(req);
+}
+
+static void s_forget_multi(fuse_req_t req, size_t count,
+			   struct fuse_forget_data *forgets)
+{
+	struct fuse_forget_data *live = malloc(count * sizeof(*live));
+	size_t i, n = 0;
+
+	for (i = 0; i < count; i++) {
+		if (!space_of(forgets[i].ino) && live)
+			live[n++] = forgets[i];
+		else if (space_of(forgets[i].ino))
+			forget_one(req, forgets[i].ino, forgets[i].nlookup);
+	}
+	if (live)
+		nx_fuse_ops.forget_multi(req, n, live);
+	else
+		fuse_reply_none(req);
+	free(live);
+}
+
+static void s_getattr(fuse_req_t req, fuse_ino_t nodeid,
+		      struct fuse_file_info *fi)
+{
+	struct stat st;
+
+	DISPATCH(req, nodeid,
+		 (snapdir_stat(live_fs(req), &st), fuse_reply_attr(req, &st, 0)),
+		 nx_fuse_ops.getattr(req, nodeid, fi));
+}
+
+static void s_setattr(fuse_req_t req, fuse_ino_t nodeid, struct stat *attr,
+		      int to_set, struct fuse_file_info *fi)
+{
+	DISPATCH_CHANGE(req, nodeid,
+			nx_fuse_ops.setattr(req, nodeid, attr, to_set, fi));
+}
+
+static void s_readlink(fuse_req_t req, fuse_ino_t nodeid)
+{
+	DISPATCH(req, nodeid, fuse_reply_err(req, EINVAL),
+		 nx_fuse_ops.readlink(req, nodeid));
+}
+
+static void s_mknod(fuse_req_t req, fuse_ino_t parent, const char *name,
+		    mode_t mode, dev_t rdev)
+{
+	if (is_snapdir_name(parent, name))
+		fuse_reply_err(req, EEXIST);
+	else
+		DISPATCH_CHANGE(req, parent,
+				nx_fuse_ops.mknod(req, parent, name, mode, rdev));
+}
+
+static void s_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name,
+		    mode_t mode)
+{
+	if (is_snapdir_name(parent, name))
+		fuse_reply_err(req, EEXIST);
+	else if (space_of(parent) == NX_SPACE_SNAPDIR)
+		snapdir_mkdir(req, name);
+	else
+		DISPATCH_CHANGE(req, parent,
+				nx_fuse_ops.mkdir(req, parent, name, mode));
+}
+
+static void s_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	if (is_snapdir_name(parent, name))
+		fuse_reply_err(req, EISDIR);
+	else
+		DISPATCH_CHANGE(req, parent,
+				nx_fuse_ops.unlink(req, parent, name));
+}
+
+static void s_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	if (is_snapdir_name(parent, name))
+		fuse_reply_err(req, EBUSY);
+	else if (space_of(parent) == NX_SPACE_SNAPDIR)
+		snapdir_rmdir(req, name);
+	else
+		DISPATCH_CHANGE(req, parent,
+				nx_fuse_ops.rmdir(req, parent, name));
+}
+
+static void s_symlink(fuse_req_t req, const char *link, fuse_ino_t parent,
+		      const char *name)
+{
+	if (is_snapdir_name(parent, name))
+		fuse_reply_err(req, EEXIST);
+	else
+		DISPATCH_CHANGE(req, parent,
+				nx_fuse_ops.symlink(req, link, parent, name));
+}
+
+static void s_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
+		     fuse_ino_t newparent, const char *newname,
+		     unsigned int flags)
+{
+	if (is_snapdir_name(parent, name) ||
+	    is_snapdir_name(newparent, newname))
+		fuse_reply_err(req, EBUSY);
+	else if (space_of(parent) != space_of(newparent))
+		fuse_reply_err(req, EXDEV);
+	else
+		DISPATCH_CHANGE(req, parent,
+				nx_fuse_ops.rename(req, parent, name, newparent,
+						   newname, flags));
+}
+
+static void s_link(fuse_req_t req, fuse_ino_t nodeid, fuse_ino_t newparent,
+		   const char *newname)
+{
+	if (is_snapdir_name(newparent, newname))
+		fuse_reply_err(req, EEXIST);
+	else if (space_of(nodeid) != space_of(newparent))
+		fuse_reply_err(req, EXDEV);
+	else
+		DISPATCH_CHANGE(req, newparent,
+				nx_fuse_ops.link(req, nodeid, newparent,
+						 newname));
+}
+
+static void s_open(fuse_req_t req, fuse_ino_t nodeid,
+		   struct fuse_file_info *fi)
+{
+	if (space_of(nodeid) && (fi->flags & O_ACCMODE) != O_RDONLY) {
+		fuse_reply_err(req, EROFS);
+		return;
+	}
+	DISPATCH(req, nodeid, fuse_reply_err(req, EISDIR),
+		 nx_fuse_ops.open(req, nodeid, fi));
+}
+
+static void s_read(fuse_req_t req, fuse_ino_t nodeid, size_t size, off_t off,
+		   struct fuse_file_info *fi)
+{
+	DISPATCH(req, nodeid, fuse_reply_err(req, EISDIR),
+		 nx_fuse_ops.read(req, nodeid, size, off, fi));
+}
+
+static void s_write(fuse_req_t req, fuse_ino_t nodeid, const char *buf,
+		    size_t size, off_t off, struct fuse_file_info *fi)
+{
+	DISPATCH_CHANGE(req, nodeid,
+			nx_fuse_ops.write(req, nodeid, buf, size, off, fi));
+}
+
+static void s_flush(fuse_req_t req, fuse_ino_t nodeid,
+		    struct fuse_file_info *fi)
+{
+	DISPATCH(req, nodeid, fuse_reply_err(req, 0),
+		 nx_fuse_ops.flush(req, nodeid, fi));
+}
+
+static void s_release(fuse_req_t req, fuse_ino_t nodeid,
+		      struct fuse_file_info *fi)
+{
+	DISPATCH(req, nodeid, fuse_reply_err(req, 0),
+		 nx_fuse_ops.release(req, nodeid, fi));
+}
+
+static void s_fsync(fuse_req_t req, fuse_ino_t nodeid, int datasync,
+		    struct fuse_file_info *fi)
+{
+	DISPATCH(req, nodeid, fuse_reply_err(req, 0),
+		 nx_fuse_ops.fsync(req, nodeid, datasync, fi));
+}
+
+static void s_opendir(fuse_req_t req, fuse_ino_t nodeid,
+		      struct fuse_file_info *fi)
+{
+	DISPATCH(req, nodeid, (fi->fh = 0, fuse_reply_open(req, fi)),
+		 nx_fuse_ops.opendir(req, nodeid, fi));
+}
+
+static void s_readdir(fuse_req_t req, fuse_ino_t nodeid, size_t size,
+		      off_t off, struct fuse_file_info *fi)
+{
+	DISPATCH(req, nodeid, snapdir_readdir(req, size, off, 0),
+		 nx_fuse_ops.readdir(req, nodeid, size, off, fi));
+}
+
+static void s_readdirplus(fuse_req_t req, fuse_ino_t nodeid, size_t size,
+			  off_t off, struct fuse_file_info *fi)
+{
+	DISPATCH(req, nodeid, snapdir_readdir(req, size, off, 1),
+		 nx_fuse_ops.readdirplus(req, nodeid, size, off, fi));
+}
+
+static void s_releasedir(fuse_req_t req, fuse_ino_t nodeid,
+			 struct fuse_file_info *fi)
+{
+	DISPATCH(req, nodeid, fuse_reply_err(req, 0),
+		 nx_fuse_ops.releasedir(req, nodeid, fi));
+}
+
+static void s_fsyncdir(fuse_req_t req, fuse_ino_t nodeid, int datasync,
+		       struct fuse_file_info *fi)
+{
+	DISPATCH(req, nodeid, fuse_reply_err(req, 0),
+		 nx_fuse_ops.fsyncdir(req, nodeid, datasync, fi));
+}
+
+static void s_statfs(fuse_req_t req, fuse_ino_t nodeid)
+{
+	/* Every space lives on the same volume. */
+	nx_fuse_ops.statfs(req, FUSE_ROOT_ID);
+}
+
+static void s_setxattr(fuse_req_t req, fuse_ino_t nodeid, const char *name,
+		       const char *value, size_t size, int flags)
+{
+	DISPATCH_CHANGE(req, nodeid,
+			nx_fuse_ops.setxattr(req, nodeid, name, value, size,
+					     flags));
+}
+
+static void s_getxattr(fuse_req_t req, fuse_ino_t nodeid, const char *name,
+		       size_t size)
+{
+	DISPATCH(req, nodeid, snapdir_getxattr(req, name, size),
+		 nx_fuse_ops.getxattr(req, nodeid, name, size));
+}
+
+static void s_listxattr(fuse_req_t req, fuse_ino_t nodeid, size_t size)
+{
+	DISPATCH(req, nodeid, snapdir_listxattr(req, size),
+		 nx_fuse_ops.listxattr(req, nodeid, size));
+}
+
+static void s_removexattr(fuse_req_t req, fuse_ino_t nodeid, const char *name)
+{
+	DISPATCH_CHANGE(req, nodeid,
+			nx_fuse_ops.removexattr(req, nodeid, name));
+}
+
+static void s_access(fuse_req_t req, fuse_ino_t nodeid, int mask)
+{
+	if (space_of(nodeid) && (mask & W_OK)) {
+		fuse_reply_err(req, space_of(nodeid) == NX_SPACE_SNAPDIR ?
+			       0 : EROFS);
+		return;
+	}
+	DISPATCH(req, nodeid, fuse_reply_err(req, 0),
+		 nx_fuse_ops.access(req, nodeid, mask));
+}
+
+static void s_create(fuse_req_t req, fuse_ino_t parent, const char *name,
+		     mode_t mode, struct fuse_file_info *fi)
+{
+	if (is_snapdir_name(parent, name))
+		fuse_reply_err(req, EEXIST);
+	else
+		DISPATCH_CHANGE(req, parent,
+				nx_fuse_ops.create(req, parent, name, mode, fi));
+}
+
+static void s_fallocate(fuse_req_t req, fuse_ino_t nodeid, int mode,
+			off_t offset, off_t length, struct fuse_file_info *fi)
+{
+	DISPATCH_CHANGE(req, nodeid,
+			nx_fuse_ops.fallocate(req, nodeid, mode, offset,
+					      length, fi));
+}
+
+static void s_lseek(fuse_req_t req, fuse_ino_t nodeid, off_t off, int whence,
+		    struct fuse_file_info *fi)
+{
+	DISPATCH(req, nodeid, fuse_reply_err(req, EINVAL),
+		 nx_fuse_ops.lseek(req, nodeid, off, whence, fi));
+}
+
+static void s_ioctl(fuse_req_t req, fuse_ino_t nodeid, unsigned int cmd,
+		    void *arg, struct fuse_file_info *fi, unsigned flags,
+		    const void *in_buf, size_t in_bufsz, size_t out_bufsz)
+{
+	/* Views: flags may be read; setting them fails in the fs layer. */
+	DISPATCH(req, nodeid, fuse_reply_err(req, ENOTTY),
+		 nx_fuse_ops.ioctl(req, nodeid, cmd, arg, fi, flags, in_buf,
+				   in_bufsz, out_bufsz));
+}
+
+const struct fuse_lowlevel_ops nx_fuse_snap_ops = {
+	.init		= s_init,
+	.destroy	= s_destroy,
+	.lookup		= s_lookup,
+	.forget		= s_forget,
+	.forget_multi	= s_forget_multi,
+	.getattr	= s_getattr,
+	.setattr	= s_setattr,
+	.readlink	= s_readlink,
+	.mknod		= s_mknod,
+	.mkdir		= s_mkdir,
+	.unlink		= s_unlink,
+	.rmdir		= s_rmdir,
+	.symlink	= s_symlink,
+	.rename		= s_rename,
+	.link		= s_link,
+	.open		= s_open,
+	.read		= s_read,
+	.write		= s_write,
+	.flush		= s_flush,
+	.release	= s_release,
+	.fsync		= s_fsync,
+	.opendir	= s_opendir,
+	.readdir	= s_readdir,
+	.readdirplus	= s_readdirplus,
+	.releasedir	= s_releasedir,
+	.fsyncdir	= s_fsyncdir,
+	.statfs		= s_statfs,
+	.setxattr	= s_setxattr,
+	.getxattr	= s_getxattr,
+	.listxattr	= s_listxattr,
+	.removexattr	= s_removexattr,
+	.access		= s_access,
+	.create		= s_create,
+	.fallocate	= s_fallocate,
+	.lseek		= s_lseek,
+	.ioctl		= s_ioctl,
+};
