@@ -4,11 +4,11 @@
  *
  * Reads and writes never go block by block.  The block map is asked for
  * runs (a whole extent, or a stretch of one indirect block), and each run
- * becomes one device read (nx_volume_pread: a snapshot view resolves it)
- * or nx_blkio_pwrite straight between the caller's buffer
- * and the device; only the partial first and last block of a write that
- * lands on new or unwritten blocks goes through a one-block bounce buffer
- * to zero-fill it.  Reads merge physically adjacent runs further.
+ * becomes one nx_volume_pread (which also serves snapshot views) or
+ * nx_blkio_pwrite straight between the caller's buffer and the device;
+ * only the partial first and last block of a write that lands on new or
+ * unwritten blocks goes through a one-block bounce buffer to zero-fill
+ * it.  Reads merge physically adjacent runs further.
  *
  * The inode travels through a call as the caller's copy: libext2fs's
  * extent code updates it in place (and writes its first 128 bytes when the
@@ -207,8 +207,10 @@ static errcode_t ext_lookup_next(struct nx_fmap *m, blk64_t lblk,
 	m->last = ex;
 	if (ex.e_lblk > lblk)
 		run_hole(lblk, ex.e_lblk, r);
-	else
+	else if (lblk < ex.e_lblk + ex.e_len)
 		run_from_extent(&ex, lblk, r);
+	else
+		return EXT2_ET_EXTENT_HEADER_BAD;	/* out of order */
 	return 0;
 }
 
@@ -231,6 +233,8 @@ static errcode_t ext_lookup(struct nx_fmap *m, blk64_t lblk,
 	}
 	m->have_last = 0;
 	err = ext2fs_extent_goto(m->handle, lblk);
+	if (err == EXT2_ET_EXTENT_NO_NEXT)	/* an empty tree */
+		err = EXT2_ET_EXTENT_NOT_FOUND;
 	if (err && err != EXT2_ET_EXTENT_NOT_FOUND)
 		return err;
 	if (!err) {
@@ -513,15 +517,20 @@ static errcode_t inline_read(struct nx_volume *vol, ext2_ino_t ino,
 			     struct ext2_inode_large *inode, char *buf,
 			     size_t size, uint64_t offset)
 {
-	uint64_t isize = EXT2_I_SIZE(inode);
-	char *tmp = malloc(isize);
+	size_t cap = inline_cap(vol->fs), n = 0;
+	char *tmp = malloc(cap);
 	errcode_t err;
 
 	if (!tmp)
 		return EXT2_ET_NO_MEMORY;
-	err = inline_get(vol, ino, inode, tmp, isize);
-	if (!err)
-		memcpy(buf, tmp + offset, size);
+	/* (A corrupt i_size larger than the inode holds reads zeros.) */
+	err = inline_get(vol, ino, inode, tmp, cap);
+	if (!err) {
+		if (offset < cap)
+			n = min_u64(size, cap - offset);
+		memcpy(buf, tmp + offset, n);
+		memset(buf + n, 0, size - n);
+	}
 	free(tmp);
 	return err;
 }
@@ -668,43 +677,6 @@ errcode_t nx_file_inline_resize(struct nx_volume *vol, ext2_ino_t ino,
  * Read
  */
 
-/*
- * Read LEN bytes at byte DEV of the device.  Snapshot views have no
- * nx_blkio of their own (their io_channel resolves blocks through the
- * snapshots): there, read whole blocks through the channel.
- */
-static errcode_t dev_read(struct nx_volume *vol, char *dst, uint64_t len,
-			  uint64_t dev)
-{
-	ext2_filsys fs = vol->fs;
-	uint64_t bs = fs->blocksize, skip, n;
-	char *tmp = NULL;
-	errcode_t err = 0;
-
-	if (vol->io)
-		return nx_volume_pread(vol, dst, len, dev);
-	while (!err && len) {
-		skip = dev % bs;
-		if (!skip && len >= bs) {
-			n = min_u64(len / bs, 256);
-			err = io_channel_read_blk64(fs->io, dev / bs, (int)n,
-						    dst);
-			n *= bs;
-		} else {
-			if (!tmp && !(tmp = malloc(bs)))
-				return EXT2_ET_NO_MEMORY;
-			n = min_u64(len, bs - skip);
-			err = io_channel_read_blk64(fs->io, dev / bs, 1, tmp);
-			memcpy(dst, tmp + skip, n);
-		}
-		dst += n;
-		dev += n;
-		len -= n;
-	}
-	free(tmp);
-	return err;
-}
-
 /* A device read being gathered from physically adjacent runs. */
 struct read_batch {
 	uint64_t dev;
@@ -717,7 +689,7 @@ static errcode_t batch_flush(struct nx_volume *vol, struct read_batch *b)
 	errcode_t err = 0;
 
 	if (b->len)
-		err = dev_read(vol, b->dst, b->len, b->dev);
+		err = nx_volume_pread(vol, b->dst, b->len, b->dev);
 	b->len = 0;
 	return err;
 }
