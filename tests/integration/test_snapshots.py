@@ -345,6 +345,60 @@ class SnapshotTest(nx.NxTestCase):
         with self.mounted(img) as m:
             os.rmdir(nxsnap.snap_dir(m, 's'))
 
+    def layout(self, img, path):
+        """[(logical, physical, length)] of PATH, from debugfs."""
+        out = nx.debugfs(img, 'ex %s' % path)
+        runs = []
+        for line in out.splitlines():
+            m = re.match(r'\s*\d+/\s*\d+\s+\d+/\s*\d+\s+(\d+)\s+-\s+(\d+)\s+'
+                         r'(\d+)\s+-\s+(\d+)\s+(\d+)', line)
+            if m:
+                runs.append((int(m.group(1)), int(m.group(3)),
+                             int(m.group(5))))
+        return runs
+
+    def test_move_data_copy_nocow(self):
+        """P6: data is moved, +C files are copied and stay in place."""
+        if not self.extents:
+            self.skipTest('needs extent-mapped files to read layouts')
+        img = self.make_image()
+        size = 1 << 20
+        with self.mounted(img, check=False) as m:
+            nx.write_file(m.p('plain'), nx.pattern(size, 1))
+            fd = os.open(m.p('nocow'), os.O_WRONLY | os.O_CREAT, 0o644)
+            os.close(fd)
+            nx.set_inode_flags(m.p('nocow'),
+                               nx.get_inode_flags(m.p('nocow')) | FS_NOCOW_FL)
+            nx.write_file(m.p('nocow'), nx.pattern(size, 2))
+        before = {f: self.layout(img, '/' + f) for f in ('plain', 'nocow')}
+        with self.mounted(img, check=False) as m:
+            os.mkdir(nxsnap.snap_dir(m, 's'))
+            for f, seed in (('plain', 3), ('nocow', 4)):
+                with open(m.p(f), 'r+b') as fh:
+                    fh.write(nx.pattern(size, seed))
+            self.assertEqual(nx.read_file(nxsnap.snap_dir(m, 's') +
+                                          '/plain'), nx.pattern(size, 1))
+            self.assertEqual(nx.read_file(nxsnap.snap_dir(m, 's') +
+                                          '/nocow'), nx.pattern(size, 2))
+        after = {f: self.layout(img, '/' + f) for f in ('plain', 'nocow')}
+        self.assertEqual(len(before['nocow']), 1, before)
+        self.assertEqual(after['nocow'], before['nocow'],
+                         '+C file moved: %r -> %r' % (before, after))
+        moved = set(range(before['plain'][0][1],
+                          before['plain'][0][1] + before['plain'][0][2]))
+        now = set()
+        for _, p0, n in after['plain']:
+            now |= set(range(p0, p0 + n))
+        self.assertFalse(moved & now, 'overwritten data stayed in place')
+        # the old blocks are the snapshot's now, at their own index
+        snap = self.layout(img, '/.snapshots/s')
+        held = set()
+        for l0, p0, n in snap:
+            if l0 == p0:
+                held |= set(range(p0, p0 + n))
+        self.assertTrue(moved <= held, 'moved blocks not mapped N -> N')
+        self.assert_fsck_masked(img)
+
     def test_full_disk(self):
         """P9: at ENOSPC a snapshot loses nothing and nothing breaks."""
         img = self.make_image('48M')
