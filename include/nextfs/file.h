@@ -118,6 +118,15 @@ errcode_t nx_file_inline_expand(struct nx_volume *vol, ext2_ino_t ino,
 /* Set the size of an inline-data file (may expand it). */
 errcode_t nx_file_inline_resize(struct nx_volume *vol, ext2_ino_t ino,
 				struct ext2_inode_large *inode, uint64_t size);
+/*
+ * Free logical blocks START..END (inclusive) of INO; INODE is updated and
+ * written.  Blocks an active snapshot needs move into it instead of
+ * becoming free (the snapshot layer's free hook).
+ */
+errcode_t nx_file_punch_blocks(struct nx_volume *vol, ext2_ino_t ino,
+			       struct ext2_inode_large *inode, blk64_t start,
+			       blk64_t end);
+
 #endif /* NX_FILE_INTERNAL */
 
 #endif

@@ -73,6 +73,16 @@ errcode_t nx_snap_prepare_overwrite(struct nx_volume *vol, ext2_ino_t ino,
 				    blk64_t *newpblk);
 
 /*
+ * How many of the COUNT blocks from PBLK of a file with INODE share the
+ * first one's answer to "must the active snapshot preserve it?" (*NEEDS).
+ * +C files never need it here (the write hook copies them in place).
+ * Lets the data path move a whole run of blocks with one punch.
+ */
+blk64_t nx_snap_preserve_span(struct nx_volume *vol,
+			      const struct ext2_inode_large *inode,
+			      blk64_t pblk, blk64_t count, int *needs);
+
+/*
  * ENOSPC if allocating WANT more blocks for live data would eat into the
  * reserve kept for preserving metadata (s_snapshot_r_blocks_count).
  */

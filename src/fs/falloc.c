@@ -682,9 +682,9 @@ static errcode_t ind_punch(ext2_filsys fs, struct ext2_inode_large *inode,
 }
 
 /* Free logical blocks [START, END] (END inclusive, clamped to the map). */
-static errcode_t punch_blocks(struct nx_volume *vol, ext2_ino_t ino,
-			      struct ext2_inode_large *inode, blk64_t start,
-			      blk64_t end)
+errcode_t nx_file_punch_blocks(struct nx_volume *vol, ext2_ino_t ino,
+			       struct ext2_inode_large *inode, blk64_t start,
+			       blk64_t end)
 {
 	blk64_t p = vol->fs->blocksize / 4;
 
@@ -695,8 +695,7 @@ static errcode_t punch_blocks(struct nx_volume *vol, ext2_ino_t ino,
 	}
 	if (start >= NX_LBLK_END)
 		return 0;
-	return ext2fs_punch(vol->fs, ino, (struct ext2_inode *)inode, NULL,
-			    start, min_u64(end, NX_LBLK_END - 1));
+	return nx_punch(vol, ino, inode, start, min_u64(end, NX_LBLK_END - 1));
 }
 
 /* ---------------------------------------------------------------------
@@ -784,7 +783,7 @@ errcode_t nx_file_truncate(struct nx_volume *vol, ext2_ino_t ino,
 		 * EOF too, as in ext4); the kept tail of the last block is
 		 * zeroed so that growing the file again shows zeros.
 		 */
-		err = punch_blocks(vol, ino, &inode, (size + bs - 1) / bs,
+		err = nx_file_punch_blocks(vol, ino, &inode, (size + bs - 1) / bs,
 				   ~0ULL);
 		if (!err && size % bs)
 			err = zero_bytes(vol, ino, &inode, size,
@@ -821,7 +820,7 @@ static errcode_t punch_hole(struct nx_volume *vol, ext2_ino_t ino,
 	first = (off + bs - 1) / bs;
 	stop = end / bs;
 	if (first < stop)
-		err = punch_blocks(vol, ino, inode, first, stop - 1);
+		err = nx_file_punch_blocks(vol, ino, inode, first, stop - 1);
 	return err;
 }
 

@@ -909,6 +909,38 @@ static errcode_t write_run(struct wctx *w, blk64_t lblk, blk64_t n,
  * written edge block is handled on its own so that prepare_overwrite()
  * only ever sees several blocks when all of them are replaced whole.
  */
+/*
+ * Blocks LBLK.. of a run that this write replaces entirely: if the active
+ * snapshot needs them, punch them out of the file, which hands them to
+ * the snapshot as they are (a move, no copy), and let the caller fill
+ * the hole with new blocks.  Done per run, not per block: one extent
+ * operation instead of one remap per block.  On return *CNT is 0 after a
+ * move, else the length of the leading span the snapshot does not need.
+ */
+static errcode_t move_whole_blocks(struct wctx *w, blk64_t lblk,
+				   blk64_t *cnt, blk64_t pblk)
+{
+	int needs;
+	blk64_t k = nx_snap_preserve_span(w->vol, w->inode, pblk, *cnt,
+					  &needs);
+	errcode_t err;
+
+	if (!needs) {
+		*cnt = k;
+		return 0;
+	}
+	/* Never leave a hole we cannot fill: check the space first. */
+	err = nx_snap_check_space(w->vol, k + 8);
+	if (err)
+		return err;
+	err = nx_file_punch_blocks(w->vol, w->ino, w->inode, lblk,
+				   lblk + k - 1);
+	if (!err)
+		err = nx_fmap_forget(&w->map);
+	*cnt = 0;
+	return err;
+}
+
 static errcode_t overwrite_run(struct wctx *w, blk64_t lblk, blk64_t *n,
 			       blk64_t pblk)
 {
@@ -921,6 +953,13 @@ static errcode_t overwrite_run(struct wctx *w, blk64_t lblk, blk64_t *n,
 		cnt = 1;			/* partial first block */
 	else if (cnt > 1 && (lblk + cnt) * bs > w->end)
 		cnt--;				/* partial last block: later */
+	if ((lblk + cnt) * bs <= w->end && lblk * bs >= w->off) {
+		err = move_whole_blocks(w, lblk, &cnt, pblk);
+		if (err || !cnt) {
+			*n = 0;			/* now a hole: filled next */
+			return err;
+		}
+	}
 	err = prepare_overwrite(w->vol, w->ino, w->inode, lblk, &cnt, &newp,
 				&remapped);
 	if (err)

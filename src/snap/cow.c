@@ -317,6 +317,24 @@ errcode_t nx_cow_apply_pending(struct nx_snapstore *store)
 	return err;
 }
 
+blk64_t nx_snap_preserve_span(struct nx_volume *vol,
+			      const struct ext2_inode_large *inode,
+			      blk64_t pblk, blk64_t count, int *needs)
+{
+	struct nx_snapstore *store = vol->snap;
+	blk64_t i;
+
+	*needs = 0;
+	if (!store || !store->active || !count ||
+	    (inode->i_flags & FS_NOCOW_FL))
+		return count;
+	*needs = nx_cow_needs_preserve(store, pblk);
+	for (i = 1; i < count; i++)
+		if (nx_cow_needs_preserve(store, pblk + i) != *needs)
+			break;
+	return i;
+}
+
 errcode_t nx_snap_prepare_overwrite(struct nx_volume *vol, ext2_ino_t ino,
 				    struct ext2_inode_large *inode,
 				    blk64_t lblk, blk64_t pblk,

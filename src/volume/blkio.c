@@ -190,6 +190,23 @@ static errcode_t settle_overlaps(struct nx_blkio *io, uint64_t len,
 	return 0;
 }
 
+/*
+ * Is the held block's content already what the device holds?  Map code
+ * often rewrites a parent block it did not change; skipping those saves
+ * the write (and its snapshot bookkeeping) for one read.
+ */
+static int held_unchanged(struct nx_blkio *io, const struct held_block *h)
+{
+	char *cur = malloc(io->unit);
+	int same = 0;
+
+	if (cur && pread(io->fd, cur, io->unit, (off_t)h->off) ==
+	    (ssize_t)io->unit)
+		same = !memcmp(cur, h->data, io->unit);
+	free(cur);
+	return same;
+}
+
 static errcode_t flush_held(struct nx_blkio *io)
 {
 	errcode_t err = 0, e;
@@ -200,7 +217,8 @@ static errcode_t flush_held(struct nx_blkio *io)
 
 		if (!h->data)
 			continue;
-		e = write_through(io, h->data, io->unit, h->off);
+		e = held_unchanged(io, h) ? 0 :
+		    write_through(io, h->data, io->unit, h->off);
 		if (e && !err)
 			err = e;
 		free(h->data);
