@@ -43,6 +43,17 @@ errcode_t nx_file_seek(struct nx_volume *vol, ext2_ino_t ino, uint64_t offset,
 uint64_t nx_file_max_bytes(ext2_filsys fs,
 			   const struct ext2_inode_large *inode);
 
+/*
+ * Map the hole [LBLK, LBLK + LEN) of extent-mapped INO to physical blocks
+ * PBLK.. (already allocated by the caller) with as few extents as
+ * possible, merging with neighbours.  INODE is the caller's copy: tree
+ * growth updates it (i_blocks); the caller writes it.  EEXIST if part of
+ * the range is mapped.  The snapshot layer maps preserved runs with it.
+ */
+errcode_t nx_file_map_run(struct nx_volume *vol, ext2_ino_t ino,
+			  struct ext2_inode_large *inode, blk64_t lblk,
+			  blk64_t pblk, blk64_t len);
+
 #ifdef NX_FILE_INTERNAL
 /*
  * Shared by file.c and falloc.c only; not a contract for other modules.

@@ -296,6 +296,22 @@ static errcode_t ext_map_new(ext2_extent_handle_t h, blk64_t lblk,
 	return ext_merge_around(h, lblk - 1);
 }
 
+errcode_t nx_file_map_run(struct nx_volume *vol, ext2_ino_t ino,
+			  struct ext2_inode_large *inode, blk64_t lblk,
+			  blk64_t pblk, blk64_t len)
+{
+	ext2_extent_handle_t h;
+	blk64_t mapped;
+	errcode_t err;
+
+	err = ext2fs_extent_open2(vol->fs, ino, (struct ext2_inode *)inode, &h);
+	if (err)
+		return err;
+	err = ext_map_new(h, lblk, pblk, len, 0, &mapped);
+	ext2fs_extent_free(h);
+	return err;
+}
+
 static errcode_t ext_alloc(struct nx_fmap *m, blk64_t lblk, blk64_t len,
 			   int uninit, struct nx_fmap_run *run)
 {

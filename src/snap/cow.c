@@ -24,6 +24,7 @@
 #include <string.h>
 #include "nextfs/blkio.h"
 #include "nextfs/inode.h"
+#include "nextfs/file.h"
 #include "snap_internal.h"
 
 static int in_fs_range(ext2_filsys fs, blk64_t blk)
@@ -244,6 +245,80 @@ void nx_cow_uninstall(struct nx_snapstore *store)
 	fs->priv_data = NULL;
 }
 
+struct mapping {
+	blk64_t n, b;
+};
+
+static int by_logical(const void *a, const void *b)
+{
+	const struct mapping *x = a, *y = b;
+
+	return x->n < y->n ? -1 : x->n > y->n;
+}
+
+/* Take the pending entries out, sorted by logical block. */
+static struct mapping *take_pending(struct nx_snapstore *store, size_t *count)
+{
+	struct nx_blkmap *p = &store->pending;
+	struct mapping *v = malloc((p->count ? p->count : 1) * sizeof(*v));
+	size_t i, n = 0;
+
+	if (!v)
+		return NULL;
+	for (i = 0; i < p->cap; i++)
+		if (p->keys[i]) {
+			v[n].n = p->keys[i] - 1;
+			v[n].b = p->vals[i];
+			n++;
+		}
+	qsort(v, n, sizeof(*v), by_logical);
+	nx_blkmap_clear(p);
+	*count = n;
+	return v;
+}
+
+/*
+ * Map V[0..N) into the snapshot inode.  Extent-mapped snapshots take each
+ * run of consecutive N -> consecutive B (every moved run is one: N -> N)
+ * as one extent; indirect ones go block by block.
+ */
+static errcode_t map_into_snapshot(struct nx_snapstore *store,
+				   struct ext2_inode_large *inode,
+				   const struct mapping *v, size_t n)
+{
+	struct nx_volume *vol = store->vol;
+	ext2_ino_t ino = store->active->ino;
+	errcode_t err = 0;
+	size_t i = 0, len;
+
+	while (i < n && !err) {
+		for (len = 1; i + len < n; len++)
+			if (v[i + len].n != v[i].n + len ||
+			    v[i + len].b != v[i].b + len)
+				break;
+		if (inode->i_flags & EXT4_EXTENTS_FL) {
+			err = nx_file_map_run(vol, ino, inode, v[i].n, v[i].b,
+					      len);
+		} else {
+			size_t k;
+
+			for (k = 0; k < len && !err; k++) {
+				blk64_t b = v[i + k].b;
+
+				err = ext2fs_bmap2(vol->fs, ino,
+						   (struct ext2_inode *)inode,
+						   NULL, BMAP_SET | BMAP_ALLOC,
+						   v[i + k].n, NULL, &b);
+			}
+		}
+		if (!err)
+			ext2fs_iblk_add_blocks(vol->fs,
+					       (struct ext2_inode *)inode, len);
+		i += len;
+	}
+	return err;
+}
+
 /*
  * Write the pending mappings into the active snapshot's inode.  Doing so
  * writes the inode and may rewrite metadata the snapshot itself needs
@@ -252,58 +327,40 @@ void nx_cow_uninstall(struct nx_snapstore *store)
  */
 errcode_t nx_cow_apply_pending(struct nx_snapstore *store)
 {
-	ext2_filsys fs = store->vol->fs;
-	struct nx_blkmap batch = { 0 };
 	struct ext2_inode_large inode;
+	struct mapping *v;
 	errcode_t err = 0, e2;
-	size_t i;
+	size_t n, i;
 
 	if (store->applying || !store->active || !store->pending.count)
 		return 0;
 	store->applying = 1;
 	/*
-	 * Mapping block after block rewrites the same extent leaf or
-	 * indirect block each time: hold those writes and write each once.
+	 * Mapping updates rewrite the same extent leaf or indirect block
+	 * many times: hold those writes and write each block once.
 	 */
 	nx_blkio_begin_batch(store->vol->io);
 	while (store->pending.count && !err) {
-		blk64_t added = 0;
-
-		/* Take the batch; the hook may refill store->pending. */
-		batch = store->pending;
-		memset(&store->pending, 0, sizeof(store->pending));
-		store->for_snapshot = 1;
-		for (i = 0; i < batch.cap && !err; i++) {
-			blk64_t n, b;
-
-			if (!batch.keys[i])
-				continue;
-			n = batch.keys[i] - 1;
-			b = batch.vals[i];
-			err = ext2fs_bmap2(fs, store->active->ino, NULL, NULL,
-					   BMAP_SET | BMAP_ALLOC, n, NULL, &b);
-			if (!err)
-				added++;
+		v = take_pending(store, &n);
+		if (!v) {
+			err = EXT2_ET_NO_MEMORY;
+			break;
 		}
-		store->for_snapshot = 0;
-		if (!err)
-			err = nx_inode_read(store->vol, store->active->ino,
-					    &inode);
+		err = nx_inode_read(store->vol, store->active->ino, &inode);
 		if (!err) {
-			ext2fs_iblk_add_blocks(fs, (struct ext2_inode *)&inode,
-					       added);
+			store->for_snapshot = 1;
+			err = map_into_snapshot(store, &inode, v, n);
+			store->for_snapshot = 0;
+		}
+		if (!err)
 			err = nx_inode_write(store->vol, store->active->ino,
 					     &inode);
-		}
 		if (err) {
-			/* Keep what is not in the inode yet for a retry. */
-			for (i = 0; i < batch.cap; i++)
-				if (batch.keys[i])
-					nx_blkmap_put(&store->pending,
-						      batch.keys[i] - 1,
-						      batch.vals[i]);
+			/* Keep what may not be in the inode yet for a retry. */
+			for (i = 0; i < n; i++)
+				nx_blkmap_put(&store->pending, v[i].n, v[i].b);
 		}
-		nx_blkmap_free(&batch);
+		free(v);
 		if (!err && !store->pending.count) {
 			/* Writing the held blocks may preserve more: loop. */
 			err = nx_blkio_end_batch(store->vol->io);
