@@ -1188,7 +1188,8 @@ static errcode_t hbatch_push(struct hbatch *b, uint64_t hpos,
 		b->v = v;
 		b->cap = cap;
 	}
-	if (b->nlen + len > b->ncap) {
+	/* Allocate even for an empty (corrupt) name: names is never NULL. */
+	if (!b->names || b->nlen + len > b->ncap) {
 		size_t cap = b->ncap ? 2 * b->ncap : 8192;
 		char *names;
 
@@ -1252,7 +1253,8 @@ static int hbatch_emit(struct dirctx *d, struct hbatch *b, nx_filldir_fn fill,
 {
 	size_t i;
 
-	qsort_r(b->v, b->n, sizeof(*b->v), hent_cmp, b->names);
+	if (b->n)	/* qsort_r(NULL, 0, ...) is undefined (UBSan) */
+		qsort_r(b->v, b->n, sizeof(*b->v), hent_cmp, b->names);
 	for (i = 0; i < b->n; i++) {
 		const struct hent *e = &b->v[i];
 		/*

@@ -1,0 +1,344 @@
+"""Medians, ratios, the targets of issue 5, the printed tables, and the
+comparison of two result files."""
+
+import json
+import statistics
+
+from .workloads import WORKLOADS
+
+MIB = 1 << 20
+
+# Issue 5 targets, as minimum ratios nextfs/other (rates: higher is
+# better).  "Every workload at least as fast as fuse2fs; streaming read
+# and write at least 3x fuse2fs and at least 50% of kernel ext4."
+VS_FUSE2FS = {w: 1.0 for w, _, _ in WORKLOADS}
+VS_FUSE2FS.update(seq_write=3.0, seq_read=3.0)
+VS_KERNEL = {'seq_write': 0.5, 'seq_read': 0.5}
+
+SNAP_OVERWRITE_MIN = 0.85       # with / without an active snapshot
+SNAP_AMPLIFICATION_MAX = 1.02   # bytes written per byte overwritten
+SNAP_TAKE_MAX_S = 0.050         # take under 50 ms ...
+SNAP_TAKE_SCALE_MAX = 2.0       # ... and within 2x between 1 GiB, 1 TiB
+SNAP_READ_MIN = 0.80            # snapshot reads / live reads
+
+
+def median(values):
+    vals = [v for v in values if v is not None]
+    return statistics.median(vals) if vals else None
+
+
+def _values(reps, key, field='value'):
+    out = []
+    for r in reps:
+        v = r.get(key)
+        if isinstance(v, dict):
+            v = v.get(field)
+        out.append(v if isinstance(v, (int, float)) else None)
+    return out
+
+
+def verdict(value, minimum=None, maximum=None):
+    if value is None:
+        return 'n/a'
+    if minimum is not None and value < minimum:
+        return 'MISS'
+    if maximum is not None and value > maximum:
+        return 'MISS'
+    return 'PASS'
+
+
+def _ratio(a, b):
+    return a / b if a is not None and b else None
+
+
+# ---------------------------------------------------------------- summary
+
+def summarize(res):
+    """The summary section of the result file (medians, ratios, verdicts)
+    computed from the raw per-repetition numbers."""
+    suite = res.get('suite', {})
+    summ = {'workloads': {}, 'snapshots': {}}
+    for w, unit, _ in WORKLOADS:
+        med = {sysname: median(_values(reps, w))
+               for sysname, reps in suite.items()}
+        nx = med.get('nextfs')
+        row = {'unit': unit, 'median': med,
+               'nextfs_vs_fuse2fs': _ratio(nx, med.get('fuse2fs')),
+               'nextfs_vs_kernel': _ratio(nx, med.get('kernel'))}
+        row['target_vs_fuse2fs'] = VS_FUSE2FS.get(w)
+        row['verdict_vs_fuse2fs'] = verdict(row['nextfs_vs_fuse2fs'],
+                                            VS_FUSE2FS.get(w))
+        if w in VS_KERNEL:
+            row['target_vs_kernel'] = VS_KERNEL[w]
+            row['verdict_vs_kernel'] = verdict(row['nextfs_vs_kernel'],
+                                               VS_KERNEL[w])
+        summ['workloads'][w] = row
+    summ['snapshots'] = _summarize_snapshots(res)
+    return summ
+
+
+def _sub(reps, key, field):
+    return median([r.get(key, {}).get(field)
+                   if isinstance(r.get(key), dict) else None for r in reps])
+
+
+def _summarize_snapshots(res):
+    costs = res.get('snapshot_costs', [])
+    scale = res.get('take_scaling', [])
+    s = {}
+    methods = sorted({c.get('method') for c in costs + [
+        r.get(k, {}) for r in scale for k in ('1GiB', '1TiB')]
+        if isinstance(c, dict) and c.get('method')} - {None}) or [None]
+    s['method'] = ','.join(m for m in methods if m) or None
+    online = s['method'] == 'mkdir'
+
+    ow0 = _sub(costs, 'overwrite_nosnap', 'mib_s')
+    ow1 = _sub(costs, 'overwrite_snap', 'mib_s')
+    s['overwrite_nosnap_mib_s'] = ow0
+    s['overwrite_snap_mib_s'] = ow1
+    s['overwrite_ratio'] = _ratio(ow1, ow0)
+    s['overwrite_verdict'] = verdict(s['overwrite_ratio'],
+                                     SNAP_OVERWRITE_MIN)
+    r0 = _sub(costs, 'randwrite_nosnap', 'iops')
+    r1 = _sub(costs, 'randwrite_snap', 'iops')
+    s['randwrite_nosnap_iops'], s['randwrite_snap_iops'] = r0, r1
+    s['randwrite_ratio'] = _ratio(r1, r0)
+    s['randwrite_verdict'] = verdict(s['randwrite_ratio'],
+                                     SNAP_OVERWRITE_MIN)
+    s['amplification'] = _sub(costs, 'overwrite_snap', 'amplification')
+    s['amplification_nosnap'] = _sub(costs, 'overwrite_nosnap',
+                                     'amplification')
+    s['amplification_write_bytes'] = _sub(costs, 'overwrite_snap',
+                                          'amplification_write_bytes')
+    s['read_amplification'] = _sub(costs, 'overwrite_snap',
+                                   'read_amplification')
+    s['read_amplification_nosnap'] = _sub(costs, 'overwrite_nosnap',
+                                          'read_amplification')
+    s['amplification_verdict'] = verdict(s['amplification'],
+                                         maximum=SNAP_AMPLIFICATION_MAX)
+    rl = _sub(costs, 'read_live', 'mib_s')
+    rs = _sub(costs, 'read_snap', 'mib_s')
+    s['read_live_mib_s'], s['read_snap_mib_s'] = rl, rs
+    s['read_ratio'] = _ratio(rs, rl)
+    s['read_verdict'] = verdict(s['read_ratio'], SNAP_READ_MIN)
+    s['delete_seconds'] = median([c.get('delete_seconds') for c in costs])
+    s['held_bytes'] = median([c.get('held_bytes') for c in costs])
+    s['take_data_volume_seconds'] = median([c.get('take_seconds')
+                                            for c in costs])
+
+    for label in ('1GiB', '1TiB'):
+        takes = [t for r in scale for t in
+                 (r.get(label, {}).get('take_seconds') or [])]
+        s['take_%s_median_s' % label] = median(takes)
+        s['take_%s_max_s' % label] = max(takes) if takes else None
+    t1, t2 = s['take_1GiB_median_s'], s['take_1TiB_median_s']
+    s['take_scale_ratio'] = (max(t1, t2) / min(t1, t2)
+                             if t1 and t2 else None)
+    s['take_scale_verdict'] = verdict(s['take_scale_ratio'],
+                                      maximum=SNAP_TAKE_SCALE_MAX) \
+        if online else 'n/a'
+    for label, t in (('1GiB', t1), ('1TiB', t2)):
+        s['take_%s_verdict' % label] = verdict(
+            t, maximum=SNAP_TAKE_MAX_S) if online else 'n/a'
+    for key in ('hwm_kib_fresh', 'hwm_kib_after_takes', 'hwm_kib_after_use',
+                'hwm_kib_remounted'):
+        for label in ('1GiB', '1TiB'):
+            vals = [r.get(label, {}).get(key) for r in scale]
+            s['%s_%s' % (key, label)] = max(
+                [v for v in vals if v is not None], default=None)
+    return s
+
+
+# ----------------------------------------------------------------- tables
+
+def _fmt(v, unit=''):
+    if v is None:
+        return '-'
+    if abs(v) >= 100:
+        return '%.0f%s' % (v, unit)
+    if abs(v) >= 10:
+        return '%.1f%s' % (v, unit)
+    return '%.2f%s' % (v, unit)
+
+
+def _target(ratio, minimum, verdict_):
+    if minimum is None:
+        return _fmt(ratio)
+    return '%s (>=%g %s)' % (_fmt(ratio), minimum, verdict_)
+
+
+def print_tables(res, out):
+    summ = res['summary']
+    meta = res['meta']
+    systems = meta['systems']
+    w = out.write
+    w('\nnextfs benchmark: medians of %d repetition(s); ratios are '
+      'nextfs/other\n(every number is a rate: higher is better; '
+      'target and PASS/MISS from issue 5)\n\n' % meta['reps'])
+    hdr = '%-14s %-10s' % ('workload', 'unit')
+    for sysname in systems:
+        hdr += ' %9s' % sysname
+    hdr += '  %-22s %-22s\n' % ('nextfs/fuse2fs', 'nextfs/kernel')
+    w(hdr)
+    w('-' * (len(hdr) - 1) + '\n')
+    for wl, unit, _ in WORKLOADS:
+        row = summ['workloads'][wl]
+        if all(v is None for v in row['median'].values()):
+            continue
+        line = '%-14s %-10s' % (wl, unit)
+        for sysname in systems:
+            line += ' %9s' % _fmt(row['median'].get(sysname))
+        line += '  %-22s %-22s' % (
+            _target(row['nextfs_vs_fuse2fs'], row.get('target_vs_fuse2fs'),
+                    row.get('verdict_vs_fuse2fs')),
+            _target(row['nextfs_vs_kernel'], row.get('target_vs_kernel'),
+                    row.get('verdict_vs_kernel')))
+        w(line.rstrip() + '\n')
+    _print_spread(res, out)
+    for note in meta.get('notes', []):
+        w('note: %s\n' % note)
+    _print_snapshots(res, out)
+
+
+def _print_spread(res, out):
+    """Name the medians whose repetitions disagree a lot: a busy or
+    erratic machine, or a real instability; either way worth knowing."""
+    noisy = []
+    for wl, _, _ in WORKLOADS:
+        for sysname, reps in res.get('suite', {}).items():
+            vals = [v for v in _values(reps, wl) if v]
+            if len(vals) > 1 and max(vals) / min(vals) > 1.5:
+                noisy.append('%s %s %s..%s' % (sysname, wl, _fmt(min(vals)),
+                                               _fmt(max(vals))))
+    if noisy:
+        out.write('repetitions disagree by more than 1.5x (min..max):\n')
+        for i in range(0, len(noisy), 3):
+            out.write('  %s\n' % '; '.join(noisy[i:i + 3]))
+
+
+def _print_snapshots(res, out):
+    s = res['summary'].get('snapshots') or {}
+    w = out.write
+    if not res.get('snapshot_costs') and not res.get('take_scaling'):
+        w('\nsnapshots: not measured (%s)\n' %
+          res['meta'].get('snapshots_skipped', 'disabled'))
+        return
+    size = res['meta']['params']['seq_size'] / MIB
+    w('\nsnapshot costs (nextfs only; method: %s)\n' % (s.get('method') or
+                                                        'none worked'))
+    rows = [
+        ('seq overwrite %d MiB, no snapshot' % size,
+         _fmt(s.get('overwrite_nosnap_mib_s'), ' MiB/s'), ''),
+        ('seq overwrite, 1 active snapshot',
+         _fmt(s.get('overwrite_snap_mib_s'), ' MiB/s'),
+         'ratio %s (>=%g %s)' % (_fmt(s.get('overwrite_ratio')),
+                                 SNAP_OVERWRITE_MIN,
+                                 s.get('overwrite_verdict'))),
+        ('rand 4k overwrite, no snapshot',
+         _fmt(s.get('randwrite_nosnap_iops'), ' IOPS'), ''),
+        ('rand 4k overwrite, 1 snapshot',
+         _fmt(s.get('randwrite_snap_iops'), ' IOPS'),
+         'ratio %s (>=%g %s)' % (_fmt(s.get('randwrite_ratio')),
+                                 SNAP_OVERWRITE_MIN,
+                                 s.get('randwrite_verdict'))),
+        ('bytes written/byte overwritten',
+         _fmt(s.get('amplification')),
+         '(<=%g %s; without a snapshot: %s)' % (
+             SNAP_AMPLIFICATION_MAX, s.get('amplification_verdict'),
+             _fmt(s.get('amplification_nosnap')))),
+        ('  (pages dirtied, write_bytes)',
+         _fmt(s.get('amplification_write_bytes')),
+         '(a page rewritten while dirty counts once)'),
+        ('  bytes read/byte overwritten (rchar)',
+         _fmt(s.get('read_amplification')),
+         '(no target; without a snapshot: %s, incl. the data read from '
+         '/dev/fuse)' % _fmt(s.get('read_amplification_nosnap'))),
+        ('read through .snapshots, cold', _fmt(s.get('read_snap_mib_s'),
+                                               ' MiB/s'),
+         'ratio %s to live %s (>=%g %s)' % (
+             _fmt(s.get('read_ratio')), _fmt(s.get('read_live_mib_s'),
+                                             ' MiB/s'),
+             SNAP_READ_MIN, s.get('read_verdict'))),
+        ('take, 1 GiB volume (median)',
+         _ms(s.get('take_1GiB_median_s')),
+         '(<50 ms %s) max %s' % (s.get('take_1GiB_verdict'),
+                                 _ms(s.get('take_1GiB_max_s')))),
+        ('take, 1 TiB sparse volume (median)',
+         _ms(s.get('take_1TiB_median_s')),
+         '(<50 ms %s) max %s' % (s.get('take_1TiB_verdict'),
+                                 _ms(s.get('take_1TiB_max_s')))),
+        ('  take 1 TiB vs 1 GiB', '%sx' % _fmt(s.get('take_scale_ratio')),
+         '(within 2x %s)' % s.get('take_scale_verdict')),
+        ('delete snapshot holding %s' % (
+            '%.0f MiB' % (s['held_bytes'] / MIB) if s.get('held_bytes')
+            else '%d MiB+' % size),
+         _ms(s.get('delete_seconds')), '(no target)'),
+        ('daemon VmHWM, 1 TiB, 8 snapshots',
+         _kib(s.get('hwm_kib_remounted_1TiB') or
+              s.get('hwm_kib_after_use_1TiB')),
+         'fresh mount %s; 1 GiB with 8: %s (target: bounded; state it)' % (
+             _kib(s.get('hwm_kib_fresh_1TiB')),
+             _kib(s.get('hwm_kib_remounted_1GiB') or
+                  s.get('hwm_kib_after_use_1GiB')))),
+    ]
+    for name, val, tgt in rows:
+        w('  %-36s %13s  %s\n' % (name, val, tgt))
+    if s.get('method') == 'offline-cli':
+        w('  note: the mounted volume did not take snapshots (mkdir in '
+          '.snapshots); they were\n  taken with the offline CLI between '
+          'unmount and mount, so take/delete times include\n  opening and '
+          'closing the volume and are not judged against the targets.\n')
+    for c in res.get('snapshot_costs', []):
+        for k, v in sorted(c.items()):
+            if isinstance(v, dict) and 'error' in v:
+                w('  %s: %s\n' % (k, v['error']))
+        if c.get('error'):
+            w('  not available: %s\n' % c['error'])
+        break
+    for r in res.get('take_scaling', []):
+        for label in ('1GiB', '1TiB'):
+            if r.get(label, {}).get('error'):
+                w('  take on %s: not available: %s\n' %
+                  (label, r[label]['error']))
+        break
+
+
+def _ms(sec):
+    return '-' if sec is None else '%.1f ms' % (sec * 1e3)
+
+
+def _kib(kib):
+    return '-' if kib is None else '%.1f MiB' % (kib / 1024.0)
+
+
+# ---------------------------------------------------------------- compare
+
+def compare(old_path, new_path, out):
+    """Medians of two result files side by side."""
+    with open(old_path) as f:
+        old = json.load(f)
+    with open(new_path) as f:
+        new = json.load(f)
+    w = out.write
+    w('%-28s %12s %12s %8s\n' % ('median', 'old', 'new', 'change'))
+    for wl, unit, _ in WORKLOADS:
+        for sysname in ('nextfs', 'fuse2fs', 'kernel'):
+            a = old['summary']['workloads'].get(wl, {}).get(
+                'median', {}).get(sysname)
+            b = new['summary']['workloads'].get(wl, {}).get(
+                'median', {}).get(sysname)
+            if a is None and b is None:
+                continue
+            ch = '%+.0f%%' % ((b / a - 1) * 100) if a and b else '-'
+            w('%-28s %12s %12s %8s\n' % ('%s %s' % (wl, sysname),
+                                         _fmt(a), _fmt(b), ch))
+    so, sn = old['summary'].get('snapshots', {}), \
+        new['summary'].get('snapshots', {})
+    for k in ('overwrite_ratio', 'randwrite_ratio', 'amplification',
+              'read_ratio', 'take_1GiB_median_s', 'take_1TiB_median_s',
+              'delete_seconds', 'hwm_kib_remounted_1TiB'):
+        a, b = so.get(k), sn.get(k)
+        if a is None and b is None:
+            continue
+        ch = '%+.0f%%' % ((b / a - 1) * 100) if a and b else '-'
+        w('%-28s %12s %12s %8s\n' % (k, _fmt(a), _fmt(b), ch))

@@ -1,0 +1,304 @@
+"""Snapshot costs (nextfs only).
+
+Snapshots are taken with "mkdir MNT/.snapshots/NAME" and deleted with
+"rmdir" on the mounted volume, timed around the system call.  Where the
+mounted volume does not offer that (yet), the suite falls back to the
+offline CLI ("nextfs snapshot take IMAGE NAME" between an unmount and a
+mount): copy-on-write costs, write amplification and delete are still
+measured, but take/delete times then include opening and closing the
+volume and are not comparable with the targets, and reads through
+.snapshots are not possible.  Each result records the method used.
+"""
+
+import json
+import os
+import time
+
+from . import mounts
+from .mounts import BenchError
+from .workloads import Session, fio_prep, fio_randwrite, odirect_works
+
+MIB = 1 << 20
+GIB = 1 << 30
+TIB = 1 << 40
+
+
+class Snapper:
+    """Takes and deletes snapshots of a Session's volume, online if the
+    mount supports it, else offline through the CLI."""
+
+    def __init__(self, session, cli):
+        self.s = session
+        self.cli = cli
+        self.method = None          # 'mkdir' or 'offline-cli'
+        self.online_error = None
+
+    def _dir(self, name=None):
+        d = self.s.p('.snapshots')
+        return os.path.join(d, name) if name else d
+
+    def take(self, name):
+        """Seconds the take took."""
+        if self.method in (None, 'mkdir'):
+            t0 = time.perf_counter()
+            try:
+                os.mkdir(self._dir(name))
+                t = time.perf_counter() - t0
+                self.method = 'mkdir'
+                return t
+            except OSError as e:
+                if self.method == 'mkdir':
+                    raise BenchError('mkdir .snapshots/%s: %s' %
+                                     (name, os.strerror(e.errno)))
+                self.online_error = 'mkdir MNT/.snapshots/%s: %s' % (
+                    name, os.strerror(e.errno))
+        if not self.cli or not os.path.exists(self.cli):
+            raise BenchError('snapshots not available: %s; no nextfs CLI '
+                             'for the offline fallback' % self.online_error)
+        self.method = 'offline-cli'
+        return self._offline('take', name)
+
+    def delete(self, name):
+        if self.method == 'mkdir':
+            t0 = time.perf_counter()
+            try:
+                os.rmdir(self._dir(name))
+            except OSError as e:
+                raise BenchError('rmdir .snapshots/%s: %s' %
+                                 (name, os.strerror(e.errno)))
+            return time.perf_counter() - t0
+        return self._offline('delete', name)
+
+    def _offline(self, verb, name):
+        self.s.unmount()
+        t0 = time.perf_counter()
+        p = mounts.run([self.cli, 'snapshot', verb, self.s.image, name],
+                       check=False, timeout=self.s.timeout)
+        t = time.perf_counter() - t0
+        self.s.mount()
+        if p.returncode != 0:
+            raise BenchError('nextfs snapshot %s: %s' %
+                             (verb, (p.stderr or p.stdout).strip()))
+        return t
+
+    def held_bytes(self):
+        """{name: bytes held} from "nextfs snapshot list --json"."""
+        if not self.cli or not os.path.exists(self.cli):
+            return None
+        target = self.s.m.mnt if self.method == 'mkdir' else None
+        if target is None:
+            self.s.unmount()
+            target = self.s.image
+        try:
+            p = mounts.run([self.cli, 'snapshot', 'list', '--json', target],
+                           check=False, timeout=60)
+        finally:
+            if self.s.m is None:
+                self.s.mount()
+        if p.returncode != 0:
+            return None
+        try:
+            return {e['name']: e['used_bytes'] for e in json.loads(p.stdout)}
+        except (ValueError, KeyError, TypeError):
+            return None
+
+
+def _overwrite(session, path, size, seed):
+    """Overwrite PATH in place (1 MiB writes, fsync, sync); returns
+    throughput and the daemon's I/O counters for the pass.
+
+    wchar counts every byte the daemon passed to write(2)-like calls:
+    to the image, plus 16-byte FUSE reply headers (no reads happen during
+    the pass, so no read data is written to /dev/fuse).  write_bytes
+    counts page-cache pages the daemon dirtied in the image file: a page
+    rewritten while still dirty counts once, so it can hide repeated
+    writes of the same block that wchar shows.  rchar (for diagnosis)
+    includes the written data the daemon reads from /dev/fuse, so it is
+    about 1 per byte when nothing else is read."""
+    io0 = mounts.proc_io(session.m.pid)
+    r = session.io('write', path, size, seed, 'notrunc')
+    io1 = mounts.proc_io(session.m.pid)
+    d = {k: io1[k] - io0[k] for k in ('wchar', 'rchar', 'write_bytes',
+                                      'read_bytes')}
+    return dict(d, seconds=r['seconds'], bytes=r['bytes'],
+                mib_s=r['bytes'] / MIB / r['seconds'],
+                amplification=d['wchar'] / r['bytes'],
+                read_amplification=d['rchar'] / r['bytes'],
+                amplification_write_bytes=d['write_bytes'] / r['bytes'])
+
+
+def _cold_read(session, path, size, seed):
+    session.remount()
+    r = session.io('read', path)
+    c = session.io('check', path, size, seed)
+    return {'seconds': r['seconds'], 'bytes': r['bytes'],
+            'mib_s': r['bytes'] / MIB / r['seconds'], 'content_ok': c['ok'],
+            'check': c}
+
+
+def _guard(out, key, fn, log, fmt):
+    try:
+        out[key] = fn()
+        log('    %-34s %s' % (key, fmt(out[key])))
+    except BenchError as e:
+        out[key] = {'error': str(e)}
+        log('    %-34s ERROR %s' % (key, e))
+    return out[key]
+
+
+def run_costs(tracker, params, workdir, fuse_bin, cli, log):
+    """Copy-on-write costs on the suite's image size: overwrite with and
+    without an active snapshot, write amplification, snapshot vs. live
+    reads, delete of a snapshot holding the overwritten data."""
+    image = os.path.join(workdir, 'snap.img')
+    mounts.make_image(params['mkimages'], image, params['image_size'])
+    s = Session(tracker, 'nextfs', image, os.path.join(workdir, 'mnt'),
+                os.path.join(workdir, 'nextfs-snap.log'), fuse_bin,
+                params['timeout'])
+    size, rsize, rio = params['seq_size'], params['rand_file'], \
+        params['rand_io']
+    out = {'file_bytes': size}
+    snap = Snapper(s, cli)
+    try:
+        s.mount()
+        direct = odirect_works(s.p('odirect.probe'))
+        big, rnd = s.p('big'), s.p('rand.dat')
+        s.io('write', big, size, 1)
+        fio_prep(s, rnd, rsize)
+
+        fmt_ow = lambda r: '%.1f MiB/s, wchar/byte %.3f' % (
+            r['mib_s'], r['amplification'])
+        fmt_iops = lambda r: '%.0f IOPS' % r['iops']
+        _guard(out, 'overwrite_nosnap', lambda: _overwrite(s, big, size, 2),
+               log, fmt_ow)
+        _guard(out, 'randwrite_nosnap',
+               lambda: fio_randwrite(s, rnd, rsize, rio, direct), log,
+               fmt_iops)
+        t = snap.take('bench')
+        out['method'] = snap.method
+        out['online_error'] = snap.online_error
+        out['take_seconds'] = t
+        log('    %-34s %.1f ms (%s)' % ('take (data volume)', t * 1e3,
+                                        snap.method))
+        # Every block of both files is now in the snapshot's COW set.
+        _guard(out, 'overwrite_snap', lambda: _overwrite(s, big, size, 3),
+               log, fmt_ow)
+        _guard(out, 'randwrite_snap',
+               lambda: fio_randwrite(s, rnd, rsize, rio, direct), log,
+               fmt_iops)
+        out['held_bytes'] = (snap.held_bytes() or {}).get('bench')
+        _guard(out, 'read_live', lambda: _cold_read(s, big, size, 3), log,
+               lambda r: '%.1f MiB/s%s' % (r['mib_s'], '' if r['content_ok']
+                                           else ' WRONG DATA'))
+        if snap.method == 'mkdir':
+            path = os.path.join(s.p('.snapshots'), 'bench', 'big')
+            _guard(out, 'read_snap',
+                   lambda: _cold_read(s, path, size, 2), log,
+                   lambda r: '%.1f MiB/s%s' % (
+                       r['mib_s'], '' if r['content_ok'] else
+                       ' WRONG DATA (not the pre-overwrite content)'))
+        else:
+            out['read_snap'] = {'error': 'not available: snapshots cannot '
+                                'be browsed on the mounted volume (%s)' %
+                                snap.online_error}
+        t = snap.delete('bench')
+        out['delete_seconds'] = t
+        log('    %-34s %.1f ms (%s, held %s)' % (
+            'delete', t * 1e3, snap.method,
+            '%.0f MiB' % (out['held_bytes'] / MIB)
+            if out.get('held_bytes') else '?'))
+        s.unmount()
+        clean, txt = mounts.fsck(image)
+        out['fsck_clean_after_delete'] = clean
+        if not clean:
+            out['fsck_output'] = txt
+            log('    e2fsck -fn after the delete: NOT CLEAN')
+    except BenchError as e:
+        out['error'] = str(e)
+        log('    snapshot costs: not available: %s' % e)
+    finally:
+        s.abort()
+        out['problems'] = s.problems
+        if os.path.exists(image):
+            os.unlink(image)
+    return out
+
+
+def _takes(s, snap, count, log, label):
+    """COUNT snapshots, each after a new 1 MiB file (fsync'd, synced):
+    the take then has a little dirty state to flush, as in real use."""
+    times = []
+    for i in range(count):
+        s.io('write', s.p('f%d' % i), MIB, 100 + i)
+        os.sync()
+        times.append(snap.take('s%d' % i))
+    log('    take on %-6s %s ms (%s)' % (
+        label, ' '.join('%.1f' % (t * 1e3) for t in times), snap.method))
+    return times
+
+
+def _hwm(s):
+    return mounts.proc_status_kib(s.m.pid, 'VmHWM')
+
+
+def run_take_scaling(tracker, params, workdir, fuse_bin, cli, log):
+    """Take time on a 1 GiB and a 1 TiB sparse volume, and the daemon's
+    peak RSS on the 1 TiB volume with 8 snapshots."""
+    out = {}
+    nsnaps = params['scaling_snaps']
+    for label, size in (('1GiB', GIB), ('1TiB', TIB)):
+        image = os.path.join(workdir, 'scale-%s.img' % label)
+        s = Session(tracker, 'nextfs', image, os.path.join(workdir, 'mnt'),
+                    os.path.join(workdir, 'nextfs-%s.log' % label), fuse_bin,
+                    params['timeout'])
+        r = out[label] = {}
+        try:
+            t0 = time.perf_counter()
+            mounts.make_image(params['mkimages'], image, size, lazy=True)
+            r['mkfs_seconds'] = time.perf_counter() - t0
+            s.mount()
+            r['mount_seconds'] = s.m.mount_seconds
+            r['hwm_kib_fresh'] = _hwm(s)
+            s.io('write', s.p('work'), 64 * MIB, 7)
+            snap = Snapper(s, cli)
+            r['take_seconds'] = _takes(s, snap, nsnaps, log, label)
+            r['method'] = snap.method
+            r['online_error'] = snap.online_error
+            r['hwm_kib_after_takes'] = _hwm(s)
+            _exercise(s, snap, nsnaps, r, log)
+            r['hwm_kib_after_use'] = _hwm(s)
+            s.remount()
+            r['remount_seconds'] = s.m.mount_seconds
+            _exercise(s, snap, nsnaps, r, log)
+            r['hwm_kib_remounted'] = _hwm(s)
+            log('    VmHWM %-6s fresh %.1f MiB, %d snapshots %.1f MiB, '
+                'after use %.1f MiB, remounted+use %.1f MiB' % (
+                    label, r['hwm_kib_fresh'] / 1024.0, nsnaps,
+                    r['hwm_kib_after_takes'] / 1024.0,
+                    r['hwm_kib_after_use'] / 1024.0,
+                    r['hwm_kib_remounted'] / 1024.0))
+            s.unmount()
+        except BenchError as e:
+            r['error'] = str(e)
+            log('    take on %s: not available: %s' % (label, e))
+        finally:
+            s.abort()
+            r['problems'] = s.problems
+            if os.path.exists(image):
+                os.unlink(image)
+    return out
+
+
+def _exercise(s, snap, nsnaps, r, log):
+    """Use the volume with its snapshots: overwrite a 64 MiB file that
+    every snapshot holds (the first time), read a file through each
+    snapshot."""
+    s.io('write', s.p('work'), 64 * MIB, 8, 'notrunc')
+    if snap.method != 'mkdir':
+        return
+    for i in range(nsnaps):
+        f = os.path.join(s.p('.snapshots'), 's%d' % i, 'f0')
+        try:
+            s.io('read', f)
+        except BenchError as e:
+            r.setdefault('snap_read_errors', []).append(str(e))

@@ -1,0 +1,326 @@
+"""The workload suite, run the same way on every system.
+
+One Session is one fresh image mounted by one system.  Workloads that
+read do so cold: the image is unmounted (for FUSE: the daemon writes
+everything back and exits), the page cache is dropped (which also drops
+the host's cache of the image file) and the image is mounted again.
+
+Every result is a rate (higher is better) so that nextfs/other ratios
+read the same way for every workload; the raw seconds stay in the JSON.
+"""
+
+import json
+import mmap
+import os
+import subprocess
+import sys
+import time
+
+from . import mounts
+from .mounts import BenchError
+
+MIB = 1 << 20
+IO_OPS = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'io_ops.py')
+
+# name, unit, what it measures (the order is the table's)
+WORKLOADS = (
+    ('seq_write', 'MiB/s', 'sequential write, 1 MiB I/O, incl. fsync+sync'),
+    ('seq_read', 'MiB/s', 'sequential read, 1 MiB I/O, cold'),
+    ('rand_write', 'IOPS', 'fio 4 KiB random write, O_DIRECT, end fsync'),
+    ('rand_read', 'IOPS', 'fio 4 KiB random read, O_DIRECT, cold, verified'),
+    ('untar', 'entries/s', 'tar -x of a source tree, incl. sync'),
+    ('find_stat', 'entries/s', 'find -printf (lstat of all), cold'),
+    ('rm_rf', 'entries/s', 'rm -rf of the tree, incl. sync'),
+    ('fsync_creates', 'files/s', 'create+write 4 KiB+fsync each file'),
+)
+
+
+class Session:
+    """One image mounted by one system, with the helpers the workloads
+    need.  The mount object changes at every remount."""
+
+    def __init__(self, tracker, system, image, mnt, log_path, fuse_bin,
+                 timeout):
+        self.tracker = tracker
+        self.system = system
+        self.image = image
+        self.mnt_path = mnt
+        self.log_path = log_path
+        self.fuse_bin = fuse_bin
+        self.timeout = timeout
+        self.m = None
+        self.problems = []
+        self.dropped_caches = True
+
+    def mount(self):
+        self.m = self.tracker.mount(self.system, self.image, self.mnt_path,
+                                    self.log_path, self.fuse_bin)
+        return self.m
+
+    def unmount(self):
+        if self.m is not None:
+            self.problems += self.tracker.unmount(self.m)
+            self.m = None
+
+    def remount(self):
+        """Cold start: unmount, drop caches, mount."""
+        self.unmount()
+        if not mounts.drop_caches():
+            self.dropped_caches = False
+        self.mount()
+
+    def abort(self):
+        if self.m is not None:
+            self.tracker.abort(self.m)
+            self.m = None
+
+    def p(self, *parts):
+        return os.path.join(self.m.mnt, *parts)
+
+    def io(self, *args):
+        """Run one io_ops operation in a child with a timeout."""
+        argv = [sys.executable, IO_OPS] + [str(a) for a in args]
+        try:
+            p = subprocess.run(argv, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True,
+                               timeout=self.timeout)
+        except subprocess.TimeoutExpired:
+            raise BenchError('%s timed out after %d s' %
+                             (args[0], self.timeout))
+        if p.returncode != 0:
+            raise BenchError('%s failed: %s' %
+                             (args[0], p.stderr.strip()[-600:]))
+        return json.loads(p.stdout)
+
+    def timed(self, argv, sync=True):
+        """Run ARGV (then sync()) and return the elapsed seconds."""
+        t0 = time.perf_counter()
+        try:
+            p = subprocess.run(argv, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, text=True,
+                               timeout=self.timeout)
+        except subprocess.TimeoutExpired:
+            raise BenchError('%s timed out' % argv[0])
+        if p.returncode != 0:
+            raise BenchError('%s failed: %s' % (' '.join(argv[:2]),
+                                                p.stderr.strip()[-600:]))
+        if sync:
+            os.sync()
+        return time.perf_counter() - t0
+
+
+# ------------------------------------------------------------------- fio
+
+def odirect_works(path):
+    """Whether O_DIRECT reads work on PATH's file system."""
+    with open(path, 'wb') as f:
+        f.write(b'\0' * 8192)
+    buf = mmap.mmap(-1, 4096)       # page aligned, as O_DIRECT wants
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
+    except OSError:
+        return False
+    try:
+        os.preadv(fd, [buf], 0)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+        buf.close()
+        os.unlink(path)
+
+
+def _fio_json(text):
+    start = text.find('{')
+    if start < 0:
+        raise BenchError('fio printed no JSON')
+    return json.loads(text[start:])
+
+
+def fio(session, name, path, rw, size, io_size, direct, extra=()):
+    """Run one fio job; return its parsed job result.
+
+    Data verification: every job writes crc32c-checked blocks (verified
+    after the write phase) or checks them on read.  A verification error
+    makes fio fail, and so the workload.
+    """
+    argv = ['fio', '--name=' + name, '--filename=' + path,
+            '--rw=' + rw, '--size=%d' % size, '--io_size=%d' % io_size,
+            '--ioengine=psync', '--direct=%d' % int(direct),
+            '--fallocate=none', '--randrepeat=1', '--verify=crc32c',
+            '--verify_fatal=1', '--output-format=json'] + list(extra)
+    try:
+        p = subprocess.run(argv, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True,
+                           timeout=session.timeout)
+    except subprocess.TimeoutExpired:
+        raise BenchError('fio %s timed out' % name)
+    if p.returncode != 0:
+        raise BenchError('fio %s failed (verify?): %s' %
+                         (name, (p.stderr or p.stdout).strip()[-600:]))
+    job = _fio_json(p.stdout)['jobs'][0]
+    if job.get('error'):
+        raise BenchError('fio %s: error %s' % (name, job['error']))
+    return job
+
+
+def fio_prep(session, path, size):
+    """Lay out PATH sequentially with a verify header every 4 KiB, so
+    that a later 4 KiB random reader can check every block."""
+    fio(session, 'prep', path, 'write', size, size, False,
+        ['--bs=1M', '--verify_interval=4096', '--do_verify=0'])
+
+
+def _fio_stats(d):
+    clat = d.get('clat_ns', {})
+    pct = clat.get('percentile', {})
+    return {'iops': d['iops'], 'bw_bytes': d['bw_bytes'],
+            'io_bytes': d['io_bytes'], 'runtime_ms': d['runtime'],
+            'clat_mean_us': clat.get('mean', 0) / 1000.0,
+            'clat_p99_us': pct.get('99.000000', 0) / 1000.0}
+
+
+def fio_randwrite(session, path, size, io_size, direct):
+    # end_fsync: the time (and so the IOPS) includes making the data
+    # durable, as for seq_write; O_DIRECT alone does not promise that
+    # (a FUSE daemon or the loop file may still cache it).
+    job = fio(session, 'randwrite', path, 'randwrite', size, io_size,
+              direct, ['--bs=4k', '--do_verify=1', '--end_fsync=1'])
+    res = _fio_stats(job['write'])
+    res['verified_bytes'] = job['read']['io_bytes']
+    return res
+
+
+def fio_randread(session, path, size, io_size, direct):
+    job = fio(session, 'randread', path, 'randread', size, io_size,
+              direct, ['--bs=4k'])
+    res = _fio_stats(job['read'])
+    res['verified_bytes'] = res['io_bytes']
+    return res
+
+
+# ------------------------------------------------------------- the suite
+
+def _rate(n, seconds):
+    return n / seconds if seconds > 0 else None
+
+
+def _step(results, name, fn, log):
+    """Run one workload, record its result or its error."""
+    try:
+        r = fn()
+    except BenchError as e:
+        r = {'error': str(e)}
+    results[name] = r
+    if 'error' in r:
+        log('    %-14s ERROR %s' % (name, r['error']))
+    else:
+        log('    %-14s %10.1f %s' % (name, r['value'], r['unit']))
+    return r
+
+
+def run_suite(tracker, system, params, workdir, fuse_bin, log):
+    """All workloads on one fresh image with SYSTEM.  Returns a dict:
+    workload -> {'value', 'unit', raw numbers...} or {'error'}."""
+    image = os.path.join(workdir, '%s.img' % system)
+    mounts.make_image(params['mkimages'], image, params['image_size'])
+    s = Session(tracker, system, image, os.path.join(workdir, 'mnt'),
+                os.path.join(workdir, '%s.log' % system), fuse_bin,
+                params['timeout'])
+    res = {}
+    meta = {}
+    t0 = time.perf_counter()
+    try:
+        s.mount()
+        direct = odirect_works(s.p('odirect.probe'))
+        meta['o_direct'] = direct
+        _run_workloads(s, params, direct, res, log)
+        s.unmount()
+        clean, out = mounts.fsck(image)
+        meta['fsck_clean'] = clean
+        if not clean:
+            meta['fsck_output'] = out
+            log('    e2fsck -fn: NOT CLEAN')
+    except BenchError as e:
+        meta['error'] = str(e)
+        log('    aborted: %s' % e)
+    finally:
+        s.abort()
+        meta['problems'] = s.problems
+        meta['dropped_caches'] = s.dropped_caches
+        meta['wall_seconds'] = time.perf_counter() - t0
+        if os.path.exists(image):
+            os.unlink(image)
+    return res, meta
+
+
+def _run_workloads(s, params, direct, res, log):
+    size = params['seq_size']
+    rsize, rio = params['rand_file'], params['rand_io']
+    tree = params['tree']
+
+    def seq_write():
+        r = s.io('write', s.p('big'), size, 1)
+        return dict(r, value=r['bytes'] / MIB / r['seconds'], unit='MiB/s')
+
+    def seq_read():
+        s.remount()
+        r = s.io('read', s.p('big'))
+        c = s.io('check', s.p('big'), size, 1)
+        if not c['ok']:
+            raise BenchError('read back wrong data: %s' % c)
+        return dict(r, value=r['bytes'] / MIB / r['seconds'], unit='MiB/s')
+
+    def rand_write():
+        fio_prep(s, s.p('rand.dat'), rsize)
+        r = fio_randwrite(s, s.p('rand.dat'), rsize, rio, direct)
+        return dict(r, value=r['iops'], unit='IOPS', direct=direct)
+
+    def rand_read():
+        s.remount()
+        r = fio_randread(s, s.p('rand.dat'), rsize, rio, direct)
+        return dict(r, value=r['iops'], unit='IOPS', direct=direct)
+
+    def untar():
+        os.mkdir(s.p('tree'))
+        t = s.timed(['tar', '-C', s.p('tree'), '-xf', tree['tarball']])
+        return {'seconds': t, 'entries': tree['entries'],
+                'value': _rate(tree['entries'], t), 'unit': 'entries/s'}
+
+    def find_stat():
+        s.remount()
+        t0 = time.perf_counter()
+        p = subprocess.run(['find', s.p('tree'), '-printf',
+                            '%s %m %U %G %T@ %p\n'],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           timeout=s.timeout)
+        t = time.perf_counter() - t0
+        if p.returncode != 0:
+            raise BenchError('find failed: %s' % p.stderr[-300:])
+        n = p.stdout.count(b'\n')
+        return {'seconds': t, 'entries': n, 'value': _rate(n, t),
+                'unit': 'entries/s'}
+
+    def rm_rf():
+        t = s.timed(['rm', '-rf', s.p('tree')])
+        return {'seconds': t, 'entries': tree['entries'],
+                'value': _rate(tree['entries'], t), 'unit': 'entries/s'}
+
+    def fsync_creates():
+        r = s.io('creates', s.p('small'), params['creates'], 4096)
+        return dict(r, value=_rate(r['files'], r['seconds']),
+                    unit='files/s')
+
+    steps = [('seq_write', seq_write), ('seq_read', seq_read),
+             ('rand_write', rand_write), ('rand_read', rand_read),
+             ('untar', untar), ('find_stat', find_stat), ('rm_rf', rm_rf),
+             ('fsync_creates', fsync_creates)]
+    for name, fn in steps:
+        if name not in params['workloads']:
+            continue
+        _step(res, name, fn, log)
+        if s.m is None or not s.m.alive():
+            raise BenchError('%s: daemon died during %s: %s' %
+                             (s.system, name,
+                              s.m.log_tail(5) if s.m else 'not mounted'))

@@ -1,0 +1,353 @@
+#!/usr/bin/env python3
+"""Benchmark nextfs-fuse against Debian's fuse2fs and kernel ext4.
+
+    sudo python3 bench/run.py --build build [--quick] [--out results.json]
+    python3 bench/run.py --compare OLD.json NEW.json
+
+Runs the workloads of issue 5 on the same image size with each system
+(nextfs-fuse from the build directory, fuse2fs, the kernel's ext4 on a
+loop device), then the snapshot costs with nextfs alone; prints medians,
+nextfs/other ratios and the issue's targets (PASS/MISS), and writes every
+raw number to a JSON file.  Python 3 standard library only; needs fio,
+fuse2fs, tar, find, e2fsprogs.  Run as root for cold-cache reads
+(drop_caches) and the kernel loop mount; without root those are skipped
+with a note.  See bench/README.md for what each number means.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SRCROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+
+from nxbench import mounts, report, snapbench, workloads   # noqa: E402
+from nxbench.mounts import BenchError                       # noqa: E402
+
+MIB, GIB = 1 << 20, 1 << 30
+
+FULL = dict(image_size=4 * GIB, seq_size=GIB, rand_file=256 * MIB,
+            rand_io=64 * MIB, creates=2000, tree_limit=None, reps=3,
+            scaling_snaps=8)
+QUICK = dict(image_size=GIB, seq_size=256 * MIB, rand_file=64 * MIB,
+             rand_io=16 * MIB, creates=500, tree_limit=1500, reps=1,
+             scaling_snaps=8)
+
+# workloads that need an earlier one's files
+NEEDS = {'seq_read': 'seq_write', 'rand_read': 'rand_write',
+         'find_stat': 'untar', 'rm_rf': 'untar'}
+
+
+def log(msg):
+    print(msg, file=sys.stderr, flush=True)
+
+
+def parse_args(argv):
+    ap = argparse.ArgumentParser(
+        description='Benchmark nextfs-fuse against fuse2fs and kernel ext4.')
+    ap.add_argument('--build', default=os.path.join(SRCROOT, 'build'),
+                    help='meson build directory with src/cli/nextfs-fuse '
+                    '(default: build)')
+    ap.add_argument('--quick', action='store_true',
+                    help='1 repetition, smaller sizes (about 3 minutes)')
+    ap.add_argument('--reps', type=int,
+                    help='repetitions (default 3, --quick 1)')
+    ap.add_argument('--out', help='result file (default: '
+                    'bench-results-DATE.json in the current directory)')
+    ap.add_argument('--systems', default=','.join(mounts.SYSTEMS),
+                    help='comma-separated subset of %s' %
+                    ','.join(mounts.SYSTEMS))
+    ap.add_argument('--workloads',
+                    default=','.join(w for w, _, _ in workloads.WORKLOADS),
+                    help='comma-separated subset of the workloads')
+    ap.add_argument('--no-snapshots', action='store_true',
+                    help='skip the snapshot costs')
+    ap.add_argument('--tree', default=None,
+                    help='source tree to tar (default /usr/include, else '
+                    '/usr/share/doc)')
+    ap.add_argument('--workdir', default=None,
+                    help='where the run makes its directory for images '
+                    'and logs (default /var/tmp; needs twice the image '
+                    'size free)')
+    ap.add_argument('--keep', action='store_true',
+                    help='keep the work directory (logs)')
+    ap.add_argument('--timeout', type=int, default=600,
+                    help='seconds before one operation counts as hung')
+    ap.add_argument('--compare', nargs=2, metavar=('OLD', 'NEW'),
+                    help='print the medians of two result files, then exit')
+    return ap.parse_args(argv)
+
+
+def make_tarball(src, workdir, limit):
+    """An uncompressed tarball of SRC (its first LIMIT entries in sorted
+    walk order, or all of it), so untar measures the file system, not
+    gzip."""
+    parent, base = os.path.split(os.path.abspath(src))
+    names = []
+    for root, dirs, files in os.walk(src):
+        dirs.sort()
+        rel = os.path.relpath(root, parent)
+        names.append(rel)
+        for f in sorted(files):
+            names.append(os.path.join(rel, f))
+        if limit and len(names) >= limit:
+            break
+    if limit:
+        names = names[:limit]
+    listing = os.path.join(workdir, 'tree.list')
+    with open(listing, 'w') as f:
+        f.write('\n'.join(names) + '\n')
+    tarball = os.path.join(workdir, 'tree.tar')
+    mounts.run(['tar', '-C', parent, '--no-recursion', '-cf', tarball,
+                '-T', listing])
+    size = os.path.getsize(tarball)
+    return {'source': os.path.abspath(src), 'entries': len(names),
+            'tar_bytes': size, 'tarball': tarball}
+
+
+def tool_version(argv):
+    try:
+        p = subprocess.run(argv, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True, timeout=10)
+        return p.stdout.strip().splitlines()[0] if p.stdout else None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def build_info(build):
+    info = {'dir': os.path.abspath(build)}
+    try:
+        with open(os.path.join(build, 'meson-info',
+                               'intro-buildoptions.json')) as f:
+            for o in json.load(f):
+                if o.get('name') in ('buildtype', 'optimization', 'b_ndebug'):
+                    info[o['name']] = o.get('value')
+    except (OSError, ValueError):
+        pass
+    info['git'] = tool_version(['git', '-C', SRCROOT, 'describe', '--always',
+                                '--dirty'])
+    return info
+
+
+def host_info():
+    cpu = None
+    try:
+        with open('/proc/cpuinfo') as f:
+            for line in f:
+                if line.startswith('model name'):
+                    cpu = line.split(':', 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    mem = None
+    try:
+        with open('/proc/meminfo') as f:
+            mem = int(f.readline().split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return {'hostname': platform.node(), 'kernel': platform.release(),
+            'cpu': cpu, 'cpus': os.cpu_count(), 'mem_bytes': mem}
+
+
+def raw_disk(workdir, size):
+    """Plain file write+fsync and cold read on the work directory's file
+    system: the ceiling every image-file-backed system sits on."""
+    path = os.path.join(workdir, 'raw.dat')
+    s = workloads.Session(None, None, None, None, None, None, 600)
+    try:
+        w = s.io('write', path, size, 1)
+        dropped = mounts.drop_caches()
+        r = s.io('read', path)
+        return {'write_mib_s': w['bytes'] / MIB / w['seconds'],
+                'read_mib_s': r['bytes'] / MIB / r['seconds'],
+                'read_cold': dropped}
+    except BenchError as e:
+        return {'error': str(e)}
+    finally:
+        if os.path.exists(path):
+            os.unlink(path)
+
+
+def check_systems(args, workdir, fuse_bin, params, notes):
+    """The systems that can run here, with a note for each one that
+    cannot."""
+    wanted = [x for x in args.systems.split(',') if x]
+    for x in wanted:
+        if x not in mounts.SYSTEMS:
+            raise SystemExit('unknown system %s' % x)
+    ok = []
+    fuse = mounts.fuse_usable()
+    for x in wanted:
+        if x in ('nextfs', 'fuse2fs') and not fuse:
+            notes.append('%s skipped: /dev/fuse is not usable' % x)
+        elif x == 'nextfs' and not os.access(fuse_bin, os.X_OK):
+            notes.append('nextfs skipped: %s not built (meson setup BUILD '
+                         '&& ninja -C BUILD)' % fuse_bin)
+        elif x == 'fuse2fs' and not shutil.which('fuse2fs'):
+            notes.append('fuse2fs skipped: not installed (apt-get install '
+                         'fuse2fs)')
+        elif x == 'kernel':
+            why = mounts.loop_usable(workdir, params['mkimages'])
+            if why:
+                notes.append('kernel ext4 skipped: loop mount impossible '
+                             '(%s)' % why)
+            else:
+                ok.append(x)
+        else:
+            ok.append(x)
+    return ok
+
+
+def main(argv):
+    args = parse_args(argv)
+    if args.compare:
+        report.compare(args.compare[0], args.compare[1], sys.stdout)
+        return 0
+    if not shutil.which('fio'):
+        raise SystemExit('fio is needed (apt-get install fio)')
+    base = dict(QUICK if args.quick else FULL)
+    reps = args.reps or base['reps']
+    wl = [w for w in args.workloads.split(',') if w]
+    for w in list(wl):
+        if w not in [x for x, _, _ in workloads.WORKLOADS]:
+            raise SystemExit('unknown workload %s' % w)
+        if w in NEEDS and NEEDS[w] not in wl:
+            wl.append(NEEDS[w])
+    fuse_bin = os.path.join(args.build, 'src', 'cli', 'nextfs-fuse')
+    cli = os.path.join(args.build, 'src', 'cli', 'nextfs')
+    out_path = args.out or 'bench-results-%s.json' % \
+        datetime.datetime.now().strftime('%Y%m%d-%H%M%S')
+
+    mounts.install_signal_handlers()
+    # always a new directory of our own: it is removed at the end
+    if args.workdir:
+        os.makedirs(args.workdir, exist_ok=True)
+    workdir = tempfile.mkdtemp(prefix='nextfs-bench-',
+                               dir=args.workdir or '/var/tmp')
+    tracker = mounts.Tracker()
+    notes = []
+    params = dict(base, workloads=wl, timeout=args.timeout,
+                  mkimages=os.path.join(SRCROOT, 'images', 'mkimages.sh'))
+    res = {'meta': {'started': datetime.datetime.now().isoformat(),
+                    'args': vars(args), 'reps': reps, 'notes': notes,
+                    'host': host_info(), 'root': mounts.is_root(),
+                    'versions': {
+                        'nextfs': build_info(args.build),
+                        'fuse2fs': tool_version(['fuse2fs', '-V']),
+                        'fio': tool_version(['fio', '--version']),
+                        'e2fsprogs': tool_version(['mke2fs', '-V'])}},
+           'suite': {}, 'snapshot_costs': [], 'take_scaling': []}
+    t_start = time.perf_counter()
+    interrupted = None
+    try:
+        if not mounts.is_root():
+            notes.append('not root: caches cannot be dropped, so "cold" '
+                         'reads are only remount-cold')
+        systems = check_systems(args, workdir, fuse_bin, params, notes)
+        res['meta']['systems'] = systems
+        src = args.tree or next((d for d in ('/usr/include',
+                                             '/usr/share/doc')
+                                 if os.path.isdir(d)), None)
+        tree = make_tarball(src, workdir, base['tree_limit'])
+        params['tree'] = tree
+        res['meta']['params'] = {k: v for k, v in params.items()
+                                 if k != 'tree'}
+        res['meta']['tree'] = {k: v for k, v in tree.items()
+                               if k != 'tarball'}
+        log('work directory %s; image %d MiB, file %d MiB, tree %s '
+            '(%d entries, %.0f MiB); %d repetition(s)' % (
+                workdir, params['image_size'] // MIB,
+                params['seq_size'] // MIB, tree['source'], tree['entries'],
+                tree['tar_bytes'] / MIB, reps))
+        res['meta']['raw_disk'] = raw_disk(workdir, params['seq_size'])
+        log('raw file on the work directory: %s' % res['meta']['raw_disk'])
+        for rep in range(reps):
+            for sysname in systems:
+                log('[rep %d/%d] %s' % (rep + 1, reps, sysname))
+                r, meta = workloads.run_suite(tracker, sysname, params,
+                                              workdir, fuse_bin, log)
+                r['_meta'] = meta
+                res['suite'].setdefault(sysname, []).append(r)
+            if 'nextfs' in systems and not args.no_snapshots:
+                log('[rep %d/%d] nextfs snapshot costs' % (rep + 1, reps))
+                t0 = time.perf_counter()
+                c = snapbench.run_costs(tracker, params, workdir, fuse_bin,
+                                        cli, log)
+                c['wall_seconds'] = time.perf_counter() - t0
+                res['snapshot_costs'].append(c)
+                log('[rep %d/%d] nextfs snapshot take on 1 GiB and 1 TiB' %
+                    (rep + 1, reps))
+                t0 = time.perf_counter()
+                c = snapbench.run_take_scaling(tracker, params, workdir,
+                                               fuse_bin, cli, log)
+                c['wall_seconds'] = time.perf_counter() - t0
+                res['take_scaling'].append(c)
+        if 'nextfs' not in systems:
+            res['meta']['snapshots_skipped'] = 'nextfs not available'
+        elif args.no_snapshots:
+            res['meta']['snapshots_skipped'] = '--no-snapshots'
+    except KeyboardInterrupt as e:
+        interrupted = str(e) or 'Ctrl-C'
+        log('interrupted (%s): cleaning up, writing partial results' %
+            interrupted)
+    finally:
+        tracker.cleanup()
+        res['meta']['seconds'] = time.perf_counter() - t_start
+        res['meta']['interrupted'] = interrupted
+        if interrupted:
+            res['meta'].setdefault('snapshots_skipped', 'interrupted')
+        _finish_notes(res)
+        res['summary'] = report.summarize(res)
+        with open(out_path, 'w') as f:
+            json.dump(res, f, indent=1, sort_keys=True)
+        if not args.keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+        else:
+            log('kept %s' % workdir)
+    res['meta'].setdefault('systems', [])
+    report.print_tables(res, sys.stdout)
+    print('\nraw results: %s (%.0f s)' % (out_path, res['meta']['seconds']))
+    return 130 if interrupted else 0
+
+
+def _finish_notes(res):
+    """Notes on anything that makes the numbers less than they seem."""
+    notes = res['meta']['notes']
+    for sysname, reps in res['suite'].items():
+        for i, r in enumerate(reps):
+            m = r.get('_meta', {})
+            if m.get('o_direct') is False:
+                notes.append('%s: O_DIRECT refused, random I/O ran '
+                             'buffered' % sysname)
+            if m.get('fsck_clean') is False:
+                notes.append('%s rep %d: e2fsck -fn found errors after the '
+                             'run' % (sysname, i + 1))
+            if m.get('dropped_caches') is False:
+                notes.append('%s: caches could not be dropped' % sysname)
+            for p in m.get('problems', []):
+                notes.append('%s rep %d: %s' % (sysname, i + 1, p))
+            if m.get('error'):
+                notes.append('%s rep %d aborted: %s' % (sysname, i + 1,
+                                                        m['error']))
+    for c in res['snapshot_costs']:
+        if c.get('fsck_clean_after_delete') is False:
+            notes.append('snapshot costs: e2fsck -fn found errors after '
+                         'the last snapshot was deleted')
+        for p in c.get('problems', []):
+            notes.append('snapshot costs: %s' % p)
+    # dedupe, keep order
+    seen = set()
+    res['meta']['notes'] = [n for n in notes
+                            if not (n in seen or seen.add(n))]
+
+
+if __name__ == '__main__':
+    sys.exit(main(sys.argv[1:]))
