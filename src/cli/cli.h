@@ -19,5 +19,23 @@ void nx_cli_error(const char *fmt, ...)
 void nx_cli_human_size(uint64_t bytes, char *buf, size_t len);
 
 int nx_cmd_snapshot(int argc, char **argv);
+int nx_cmd_check(int argc, char **argv);
+int nx_cmd_export(int argc, char **argv);
+int nx_cmd_diff(int argc, char **argv);
+int nx_cmd_restore(int argc, char **argv);
+int nx_cmd_info(int argc, char **argv);
+
+/* progress.c: a progress bar on stderr when it is a terminal. */
+struct nx_progress;
+void nx_cli_progress_begin(struct nx_progress *prog);
+void nx_cli_progress_end(struct nx_progress *prog);
+
+/*
+ * Open IMAGE for reading through the snapshot engine (nx_volume_open with
+ * NX_VOL_RDONLY), printing the reason on failure.  Returns 0 or
+ * NX_CLI_FAIL.  (cmd_diff.c)
+ */
+struct nx_volume;
+int nx_cli_open_image(const char *image, struct nx_volume **vol);
 
 #endif

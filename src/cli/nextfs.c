@@ -41,9 +41,15 @@ static void usage(FILE *out)
 		"Commands:\n"
 		"  snapshot take|delete|list   manage snapshots of an image or a\n"
 		"                              nextfs-fuse mountpoint\n"
+		"  check IMAGE                 snapshot-aware consistency check\n"
+		"  export IMAGE NAME OUT       write a snapshot as a standalone image\n"
+		"  diff IMAGE_OR_MNT OLD [NEW] list what changed between snapshots\n"
+		"  restore IMAGE NAME          roll the live tree back to a snapshot\n"
+		"  info IMAGE                  volume and snapshot summary\n"
 		"\n"
 		"Run 'nextfs COMMAND --help' for a command's options.\n"
-		"Exit status: 0 success, 1 failure (nothing changed), 2 usage.\n");
+		"Exit status: 0 success, 1 failure (nothing changed), 2 usage\n"
+		"(check: as e2fsck, see 'nextfs check --help').\n");
 }
 
 int main(int argc, char **argv)
@@ -62,6 +68,16 @@ int main(int argc, char **argv)
 	}
 	if (!strcmp(argv[1], "snapshot"))
 		return nx_cmd_snapshot(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "check"))
+		return nx_cmd_check(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "export"))
+		return nx_cmd_export(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "diff"))
+		return nx_cmd_diff(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "restore"))
+		return nx_cmd_restore(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "info"))
+		return nx_cmd_info(argc - 1, argv + 1);
 	nx_cli_error("unknown command '%s'", argv[1]);
 	usage(stderr);
 	return NX_CLI_USAGE;

@@ -1,0 +1,484 @@
+/*
+ * cmd_check.c - "nextfs check [-r] [--no-fsck] [--views] [-v] IMAGE".
+ *
+ * First the library's snapshot-aware checks (nx_check), then stock
+ * e2fsck -fn on the live volume with HAS_SNAPSHOT masked (and with
+ * --views on every snapshot as exported), without copying the volume and
+ * without changing it: a private FUSE mount serves one read-only file
+ * whose bytes are the image as e2fsck must see it (nx_imgsrc), and e2fsck
+ * reads that file.  Only the superblock differs from the volume, and only
+ * in memory.  (A loop device cannot patch a superblock, device-mapper
+ * needs a snapshot target and a COW device, and a sparse copy still
+ * copies every used block: FUSE is the copy-free way that works on plain
+ * files and needs nothing but /dev/fuse.)
+ *
+ * Exit status as e2fsck: 0 clean, 1 errors fixed and none left, 4 errors
+ * left, 8 operational error, 16 usage.
+ */
+#define FUSE_USE_VERSION 35
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <fuse_lowlevel.h>
+#include <et/com_err.h>
+#include "nextfs/snaptool.h"
+#include "cli.h"
+
+#define CHECK_CLEAN	0
+#define CHECK_FIXED	1
+#define CHECK_ERRORS	4
+#define CHECK_OPERROR	8
+#define CHECK_USAGE	16
+
+#define FV_FILE_INO	2
+#define FV_FILE_NAME	"image"
+
+extern char **environ;
+
+struct report_ctx {
+	int verbose;
+};
+
+static void print_finding(void *priv, enum nx_check_level level,
+			  const char *msg)
+{
+	struct report_ctx *rc = priv;
+	static const char *const tag[] = { "", "warning: ", "error: ",
+					   "repaired: " };
+
+	if (level == NX_CHECK_INFO && !rc->verbose)
+		return;
+	if (level == NX_CHECK_FIXED) {
+		/* The library appends ": fixed"; say it up front instead. */
+		size_t n = strlen(msg);
+
+		if (n > 7 && !strcmp(msg + n - 7, ": fixed"))
+			n -= 7;
+		printf("%s%.*s\n", tag[level], (int)n, msg);
+		return;
+	}
+	printf("%s%s\n", tag[level], msg);
+}
+
+/* ------------------------------------------------------------------ */
+/* One read-only file over FUSE.                                       */
+
+struct fileview {
+	struct nx_imgsrc *src;
+	struct fuse_session *se;
+	pthread_t thread;
+	char mnt[64];
+};
+
+static void fv_attr(struct fileview *fv, fuse_ino_t ino, struct stat *st)
+{
+	memset(st, 0, sizeof(*st));
+	st->st_ino = ino;
+	st->st_uid = getuid();
+	st->st_gid = getgid();
+	if (ino == FUSE_ROOT_ID) {
+		st->st_mode = S_IFDIR | 0500;
+		st->st_nlink = 2;
+	} else {
+		st->st_mode = S_IFREG | 0400;
+		st->st_nlink = 1;
+		st->st_size = nx_imgsrc_size(fv->src);
+		st->st_blksize = 4096;
+		st->st_blocks = (st->st_size + 511) / 512;
+	}
+}
+
+static void fv_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	struct fileview *fv = fuse_req_userdata(req);
+	struct fuse_entry_param e;
+
+	if (parent != FUSE_ROOT_ID || strcmp(name, FV_FILE_NAME)) {
+		fuse_reply_err(req, ENOENT);
+		return;
+	}
+	memset(&e, 0, sizeof(e));
+	e.ino = FV_FILE_INO;
+	e.attr_timeout = e.entry_timeout = 3600;
+	fv_attr(fv, FV_FILE_INO, &e.attr);
+	fuse_reply_entry(req, &e);
+}
+
+static void fv_getattr(fuse_req_t req, fuse_ino_t ino,
+		       struct fuse_file_info *fi)
+{
+	struct fileview *fv = fuse_req_userdata(req);
+	struct stat st;
+
+	if (ino != FUSE_ROOT_ID && ino != FV_FILE_INO) {
+		fuse_reply_err(req, ENOENT);
+		return;
+	}
+	fv_attr(fv, ino, &st);
+	fuse_reply_attr(req, &st, 3600);
+}
+
+static void fv_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	if (ino != FV_FILE_INO)
+		fuse_reply_err(req, EISDIR);
+	else if ((fi->flags & O_ACCMODE) != O_RDONLY)
+		fuse_reply_err(req, EROFS);
+	else
+		fuse_reply_open(req, fi);
+}
+
+static void fv_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		    struct fuse_file_info *fi)
+{
+	struct fileview *fv = fuse_req_userdata(req);
+	uint64_t total = nx_imgsrc_size(fv->src);
+	char *buf;
+	errcode_t err;
+
+	if ((uint64_t)off >= total) {
+		fuse_reply_buf(req, NULL, 0);
+		return;
+	}
+	if (size > total - off)
+		size = total - off;
+	buf = malloc(size ? size : 1);
+	if (!buf) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	err = nx_imgsrc_read(fv->src, buf, size, off);
+	if (err)
+		fuse_reply_err(req, EIO);
+	else
+		fuse_reply_buf(req, buf, size);
+	free(buf);
+}
+
+static const struct fuse_lowlevel_ops fv_ops = {
+	.lookup = fv_lookup,
+	.getattr = fv_getattr,
+	.open = fv_open,
+	.read = fv_read,
+};
+
+static void *fv_loop(void *arg)
+{
+	struct fileview *fv = arg;
+
+	fuse_session_loop(fv->se);
+	return NULL;
+}
+
+static int fv_start(struct fileview *fv, struct nx_imgsrc *src)
+{
+	char *argv[] = { "nextfs-check", "-o",
+			 "ro,fsname=nextfs-check,subtype=nextfs-check", NULL };
+	struct fuse_args args = FUSE_ARGS_INIT(3, argv);
+	const char *tmp = getenv("TMPDIR");
+
+	fv->src = src;
+	snprintf(fv->mnt, sizeof(fv->mnt), "%s/nextfs-check-XXXXXX",
+		 tmp && *tmp && strlen(tmp) < 32 ? tmp : "/tmp");
+	if (!mkdtemp(fv->mnt))
+		return -1;
+	fv->se = fuse_session_new(&args, &fv_ops, sizeof(fv_ops), fv);
+	fuse_opt_free_args(&args);
+	if (!fv->se)
+		goto fail;
+	if (fuse_session_mount(fv->se, fv->mnt)) {
+		fuse_session_destroy(fv->se);
+		goto fail;
+	}
+	if (pthread_create(&fv->thread, NULL, fv_loop, fv)) {
+		fuse_session_unmount(fv->se);
+		fuse_session_destroy(fv->se);
+		goto fail;
+	}
+	return 0;
+fail:
+	fv->se = NULL;
+	rmdir(fv->mnt);
+	return -1;
+}
+
+static void fv_stop(struct fileview *fv)
+{
+	fuse_session_exit(fv->se);
+	fuse_session_unmount(fv->se);
+	pthread_join(fv->thread, NULL);
+	fuse_session_destroy(fv->se);
+	rmdir(fv->mnt);
+}
+
+/* ------------------------------------------------------------------ */
+/* Running e2fsck.                                                     */
+
+static const char *e2fsck_path(void)
+{
+	static const char *const fallback[] = { "/sbin/e2fsck",
+						"/usr/sbin/e2fsck" };
+	const char *env = getenv("E2FSCK");
+	size_t i;
+
+	if (env && *env)
+		return env;
+	for (i = 0; i < sizeof(fallback) / sizeof(fallback[0]); i++)
+		if (access(fallback[i], X_OK) == 0)
+			return fallback[i];
+	return "e2fsck";
+}
+
+/* e2fsck -fn PATH with its output collected; exit status or -1. */
+static int run_e2fsck(const char *path, char **out)
+{
+	char *argv[] = { (char *)e2fsck_path(), "-fn", (char *)path, NULL };
+	posix_spawn_file_actions_t fa;
+	size_t len = 0, cap = 0;
+	int pfd[2], status, rc;
+	pid_t pid;
+
+	*out = NULL;
+	if (pipe(pfd) < 0)
+		return -1;
+	posix_spawn_file_actions_init(&fa);
+	posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+	posix_spawn_file_actions_adddup2(&fa, pfd[1], 1);
+	posix_spawn_file_actions_adddup2(&fa, pfd[1], 2);
+	posix_spawn_file_actions_addclose(&fa, pfd[0]);
+	rc = posix_spawnp(&pid, argv[0], &fa, NULL, argv, environ);
+	posix_spawn_file_actions_destroy(&fa);
+	close(pfd[1]);
+	if (rc) {
+		close(pfd[0]);
+		errno = rc;
+		return -1;
+	}
+	for (;;) {
+		ssize_t n;
+
+		if (len + 4096 > cap) {
+			char *more = realloc(*out, cap + 65536);
+
+			if (!more)
+				break;
+			*out = more;
+			cap += 65536;
+		}
+		n = read(pfd[0], *out + len, cap - len - 1);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break;
+		len += n;
+	}
+	if (*out)
+		(*out)[len] = 0;
+	close(pfd[0]);
+	while (waitpid(pid, &status, 0) < 0)
+		if (errno != EINTR)
+			return -1;
+	return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+static void print_tail(const char *text, int lines)
+{
+	const char *p = text + strlen(text);
+	int n = 0;
+
+	while (p > text && n <= lines)
+		if (*--p == '\n')
+			n++;
+	if (p > text)
+		p++;
+	fputs(p, stdout);
+	if (*p && p[strlen(p) - 1] != '\n')
+		putchar('\n');
+}
+
+/*
+ * Serve SRC and run e2fsck -fn on it.  1 clean, 0 problems (printed),
+ * -1 could not run.
+ */
+static int fsck_source(struct nx_imgsrc *src, const char *what, int verbose)
+{
+	struct fileview fv = { 0 };
+	char path[128], *out = NULL;
+	int rc;
+
+	if (fv_start(&fv, src)) {
+		printf("warning: cannot mount a private FUSE file system to run "
+		       "e2fsck on %s (is /dev/fuse usable?); skipped\n", what);
+		return -1;
+	}
+	snprintf(path, sizeof(path), "%s/%s", fv.mnt, FV_FILE_NAME);
+	rc = run_e2fsck(path, &out);
+	fv_stop(&fv);
+	if (rc < 0) {
+		printf("warning: cannot run %s: %s; skipped\n", e2fsck_path(),
+		       strerror(errno));
+		free(out);
+		return -1;
+	}
+	if (rc == 0) {
+		if (verbose)
+			printf("e2fsck -fn on %s: clean\n", what);
+		free(out);
+		return 1;
+	}
+	printf("error: e2fsck -fn on %s exits with status %d:\n", what, rc);
+	if (out)
+		print_tail(out, verbose ? 1000 : 30);
+	free(out);
+	return 0;
+}
+
+static int fsck_live(const char *image, int verbose, unsigned *errors)
+{
+	struct nx_imgsrc *src;
+	char msg[512] = "";
+	errcode_t err;
+	int rc;
+
+	err = nx_imgsrc_open_live(image, &src, msg, sizeof(msg));
+	if (err) {
+		nx_cli_error("%s", msg[0] ? msg : error_message(err));
+		return -1;
+	}
+	rc = fsck_source(src, "the live volume (has_snapshot masked)",
+			 verbose);
+	nx_imgsrc_close(src);
+	if (rc == 0)
+		(*errors)++;
+	return 0;
+}
+
+static int fsck_views(const char *image, int verbose, unsigned *errors)
+{
+	struct nx_snapinfo *snaps = NULL;
+	struct nx_volume *vol;
+	int i, n = 0;
+
+	if (nx_cli_open_image(image, &vol))
+		return -1;
+	if (nx_snap_list(vol, &snaps, &n))
+		n = 0;
+	for (i = 0; i < n; i++) {
+		struct nx_imgsrc *src;
+		char msg[512] = "", what[NX_NAME_MAX + 32];
+		errcode_t err;
+
+		snprintf(what, sizeof(what), "snapshot '%s'", snaps[i].name);
+		nx_volume_lock(vol);
+		err = nx_imgsrc_open_export(vol, snaps[i].name, &src, msg,
+					    sizeof(msg));
+		if (err) {
+			nx_volume_unlock(vol);
+			printf("error: %s\n", msg[0] ? msg : error_message(err));
+			(*errors)++;
+			continue;
+		}
+		/* FUSE reads run in another thread: it holds the lock. */
+		nx_volume_unlock(vol);
+		if (fsck_source(src, what, verbose) == 0)
+			(*errors)++;
+		nx_imgsrc_close(src);
+	}
+	free(snaps);
+	nx_volume_close(vol);
+	return 0;
+}
+
+static void check_usage(FILE *out)
+{
+	fprintf(out,
+		"usage: nextfs check [-r|--repair] [--no-fsck] [--views] [-v] "
+		"IMAGE\n"
+		"\n"
+		"Check the snapshots of an unmounted volume: the snapshot list,\n"
+		"every snapshot inode, that no block is owned twice, the block\n"
+		"bitmap, what each snapshot preserves; then run e2fsck -fn on the\n"
+		"live volume with has_snapshot masked (copy-free, through a\n"
+		"private FUSE mount).\n"
+		"\n"
+		"  -r, --repair  fix what can be fixed safely and say what was done\n"
+		"  --no-fsck     do not run e2fsck\n"
+		"  --views       also run e2fsck on every snapshot as exported\n"
+		"  -v            say what is being checked\n"
+		"\n"
+		"Exit status: 0 clean, 1 errors fixed, 4 errors left,\n"
+		"8 operational error, 16 usage error.\n");
+}
+
+int nx_cmd_check(int argc, char **argv)
+{
+	struct report_ctx rc = { 0 };
+	struct nx_check_result res;
+	struct nx_progress prog;
+	const char *image = NULL;
+	int repair = 0, fsck = 1, views = 0, i;
+	char msg[512] = "";
+	errcode_t err;
+
+	for (i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "-r") || !strcmp(argv[i], "--repair") ||
+		    !strcmp(argv[i], "-y") || !strcmp(argv[i], "-p"))
+			repair = 1;
+		else if (!strcmp(argv[i], "-n"))
+			repair = 0;
+		else if (!strcmp(argv[i], "--no-fsck"))
+			fsck = 0;
+		else if (!strcmp(argv[i], "--views"))
+			views = 1;
+		else if (!strcmp(argv[i], "-v") || !strcmp(argv[i], "--verbose"))
+			rc.verbose = 1;
+		else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+			check_usage(stdout);
+			return 0;
+		} else if (argv[i][0] == '-' && argv[i][1]) {
+			nx_cli_error("check: unknown option '%s'", argv[i]);
+			check_usage(stderr);
+			return CHECK_USAGE;
+		} else if (!image) {
+			image = argv[i];
+		} else {
+			nx_cli_error("check: too many arguments");
+			return CHECK_USAGE;
+		}
+	}
+	if (!image) {
+		check_usage(stderr);
+		return CHECK_USAGE;
+	}
+	nx_cli_progress_begin(&prog);
+	err = nx_check(image, repair ? NX_CHECK_REPAIR : 0, print_finding, &rc,
+		       &prog, &res, msg, sizeof(msg));
+	nx_cli_progress_end(&prog);
+	if (err) {
+		nx_cli_error("%s", msg[0] ? msg : error_message(err));
+		return CHECK_OPERROR;
+	}
+	fflush(stdout);
+	if (fsck && fsck_live(image, rc.verbose, &res.errors) < 0)
+		return CHECK_OPERROR;
+	if (fsck && views && res.views_checked &&
+	    fsck_views(image, rc.verbose, &res.errors) < 0)
+		return CHECK_OPERROR;
+	if (!res.errors && !res.fixed)
+		printf("%s: clean, %d snapshot%s\n", image, res.nsnaps,
+		       res.nsnaps == 1 ? "" : "s");
+	else
+		printf("%s: %u error%s fixed, %u left\n", image, res.fixed,
+		       res.fixed == 1 ? "" : "s", res.errors);
+	if (res.errors)
+		return CHECK_ERRORS;
+	return res.fixed ? CHECK_FIXED : CHECK_CLEAN;
+}

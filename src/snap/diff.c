@@ -1,0 +1,894 @@
+/*
+ * diff.c - what changed between two snapshots, or a snapshot and the
+ * live tree ("nextfs diff", like "zfs diff").
+ *
+ * The snapshots' block maps say what changed: a block that reads the same
+ * physical block in both trees (nx_snap_resolve) is unchanged.  So:
+ *  - an inode whose inode-table block resolves to the same physical block
+ *    in both trees is unchanged, without reading it (every change of an
+ *    inode, its data included, rewrites that block: data writes update
+ *    mtime/ctime, and a preserved block is never overwritten in place);
+ *  - a directory whose inode and blocks resolve the same lists the same
+ *    entries;
+ *  - a changed file's content is compared only where its block maps
+ *    differ, byte by byte only for those blocks.
+ * ext4 keeps no parent pointer in a file's inode, so naming a changed
+ * file still needs the directories: both trees are listed (directory
+ * blocks only), but only entries of changed directories and entries for
+ * changed inodes are remembered.
+ *
+ * Per inode the remembered locations (parent inode, name) on each side
+ * decide: different identity (inode number reused: generation or type
+ * differs) -> '-' for every old location, '+' for every new one; same
+ * identity -> a location only on one side is '-' or '+', exactly one
+ * on each side is a rename; changed content or attributes -> 'M' at the
+ * new locations it kept or was renamed to.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <et/com_err.h>
+#include "nextfs/snaptool.h"
+#include "nextfs/dir.h"
+#include "snap_internal.h"
+
+struct side {
+	struct nx_volume *v;		/* a view (owned) or the live volume */
+	ext2_filsys fs;
+	int idx;			/* snapshot index, -1 = live */
+	int owned;
+};
+
+struct loc {
+	ext2_ino_t parent;
+	char *name;
+	char *path;
+	mode_t type;
+	struct loc *next;
+};
+
+struct irec {
+	ext2_ino_t ino;
+	struct loc *locs[2];		/* [0] old, [1] new */
+};
+
+struct differ {
+	struct nx_volume *vol;
+	struct nx_snapstore *store;
+	struct side side[2];		/* [0] old, [1] new */
+	ext2fs_block_bitmap blk_checked, blk_differs;
+	ext2fs_inode_bitmap ino_checked, ino_changed;
+	struct nx_blkmap index;		/* ino -> slot in recs */
+	struct irec *recs;
+	size_t nrecs, caprecs;
+	struct nx_diff_entry *out;
+	size_t nout, capout;
+	const struct nx_progress *prog;
+	uint64_t walked, total;
+	unsigned isize;			/* bytes of an inode we compare */
+	char *ibuf[2];
+	errcode_t err;
+};
+
+/* ------------------------------------------------------------------ */
+/* What changed, by block maps.                                        */
+
+static errcode_t resolve(struct differ *d, int s, blk64_t n, blk64_t *phys)
+{
+	if (d->side[s].idx < 0) {
+		*phys = n;
+		return 0;
+	}
+	return nx_snap_resolve(d->store, d->side[s].idx, n, phys);
+}
+
+/* Does block N read differently in the two trees? */
+static int block_differs(struct differ *d, blk64_t n)
+{
+	ext2_filsys fs = d->vol->fs;
+	blk64_t a, b;
+
+	if (n < fs->super->s_first_data_block ||
+	    n >= ext2fs_blocks_count(fs->super))
+		return 1;
+	if (ext2fs_test_block_bitmap2(d->blk_checked, n))
+		return ext2fs_test_block_bitmap2(d->blk_differs, n) != 0;
+	ext2fs_mark_block_bitmap2(d->blk_checked, n);
+	if (resolve(d, 0, n, &a) || resolve(d, 1, n, &b) || a != b) {
+		ext2fs_mark_block_bitmap2(d->blk_differs, n);
+		return 1;
+	}
+	return 0;
+}
+
+static blk64_t itable_block(ext2_filsys fs, ext2_ino_t ino)
+{
+	dgrp_t g = (ino - 1) / fs->super->s_inodes_per_group;
+	uint64_t idx = (ino - 1) % fs->super->s_inodes_per_group;
+
+	return ext2fs_inode_table_loc(fs, g) +
+	       idx * EXT2_INODE_SIZE(fs->super) / fs->blocksize;
+}
+
+/* Read INO on side S; zero bytes for fields that change without a change
+ * of the file (atime, checksums). */
+static errcode_t read_cmp_inode(struct differ *d, int s, ext2_ino_t ino,
+				char *buf)
+{
+	struct ext2_inode_large *in = (struct ext2_inode_large *)buf;
+	errcode_t err;
+
+	memset(buf, 0, d->isize);
+	err = ext2fs_read_inode2(d->side[s].fs, ino, (struct ext2_inode *)buf,
+				 d->isize, READ_INODE_NOCSUM);
+	if (err)
+		return err;
+	in->i_atime = 0;
+	in->osd2.linux2.l_i_checksum_lo = 0;
+	if (d->isize > EXT2_GOOD_OLD_INODE_SIZE &&
+	    in->i_extra_isize >= offsetof(struct ext2_inode_large,
+					  i_atime_extra) + 4 -
+					  EXT2_GOOD_OLD_INODE_SIZE) {
+		in->i_checksum_hi = 0;
+		in->i_atime_extra = 0;
+	}
+	return 0;
+}
+
+static int inode_changed(struct differ *d, ext2_ino_t ino)
+{
+	int changed;
+
+	if (ext2fs_test_inode_bitmap2(d->ino_checked, ino))
+		return ext2fs_test_inode_bitmap2(d->ino_changed, ino) != 0;
+	ext2fs_mark_inode_bitmap2(d->ino_checked, ino);
+	changed = block_differs(d, itable_block(d->vol->fs, ino)) &&
+		  (read_cmp_inode(d, 0, ino, d->ibuf[0]) ||
+		   read_cmp_inode(d, 1, ino, d->ibuf[1]) ||
+		   memcmp(d->ibuf[0], d->ibuf[1], d->isize));
+	if (changed)
+		ext2fs_mark_inode_bitmap2(d->ino_changed, ino);
+	return changed;
+}
+
+struct map_check {
+	struct differ *d;
+	int differs;
+};
+
+static int check_mapped(ext2_filsys fs, blk64_t *blocknr,
+			e2_blkcnt_t blockcnt, blk64_t ref_blk, int ref_offset,
+			void *priv)
+{
+	struct map_check *mc = priv;
+
+	if (block_differs(mc->d, *blocknr)) {
+		mc->differs = 1;
+		return BLOCK_ABORT;
+	}
+	return 0;
+}
+
+/* Do DIR's entries read the same in both trees? */
+static int dir_changed(struct differ *d, ext2_ino_t dir)
+{
+	struct map_check mc = { d, 0 };
+	struct ext2_inode_large inode;
+	blk64_t ea;
+
+	if (inode_changed(d, dir))
+		return 1;
+	if (ext2fs_read_inode_full(d->side[1].fs, dir,
+				   (struct ext2_inode *)&inode, sizeof(inode)))
+		return 1;
+	ea = ext2fs_file_acl_block(d->side[1].fs, (struct ext2_inode *)&inode);
+	if (ea && block_differs(d, ea))
+		return 1;	/* inline directory data may live there */
+	if ((inode.i_flags & EXT4_INLINE_DATA_FL) ||
+	    !ext2fs_inode_has_valid_blocks2(d->side[1].fs,
+					    (struct ext2_inode *)&inode))
+		return 0;
+	if (ext2fs_block_iterate3(d->side[1].fs, dir, BLOCK_FLAG_READ_ONLY,
+				  NULL, check_mapped, &mc))
+		return 1;
+	return mc.differs;
+}
+
+/* ------------------------------------------------------------------ */
+/* Remembering locations.                                              */
+
+static struct irec *get_rec(struct differ *d, ext2_ino_t ino)
+{
+	blk64_t i;
+
+	if (nx_blkmap_get(&d->index, ino, &i))
+		return &d->recs[i];
+	if (d->nrecs == d->caprecs) {
+		size_t cap = d->caprecs ? d->caprecs * 2 : 256;
+		struct irec *more = realloc(d->recs, cap * sizeof(*more));
+
+		if (!more)
+			return NULL;
+		d->recs = more;
+		d->caprecs = cap;
+	}
+	if (nx_blkmap_put(&d->index, ino, d->nrecs))
+		return NULL;
+	memset(&d->recs[d->nrecs], 0, sizeof(d->recs[0]));
+	d->recs[d->nrecs].ino = ino;
+	return &d->recs[d->nrecs++];
+}
+
+static errcode_t remember(struct differ *d, int s, ext2_ino_t ino,
+			  ext2_ino_t parent, const char *name,
+			  const char *path, mode_t type)
+{
+	struct irec *r = get_rec(d, ino);
+	struct loc *l = calloc(1, sizeof(*l));
+
+	if (!r || !l) {
+		free(l);
+		return EXT2_ET_NO_MEMORY;
+	}
+	l->parent = parent;
+	l->name = strdup(name);
+	l->path = strdup(path);
+	l->type = type;
+	if (!l->name || !l->path) {
+		free(l->name);
+		free(l->path);
+		free(l);
+		return EXT2_ET_NO_MEMORY;
+	}
+	l->next = r->locs[s];
+	r->locs[s] = l;
+	return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* Walking one tree.                                                   */
+
+struct dent {
+	ext2_ino_t ino;
+	int ftype;
+	char name[EXT2_NAME_LEN + 1];
+};
+
+struct dent_list {
+	struct dent *v;
+	size_t n, cap;
+	int err;
+};
+
+static int collect_dent(struct ext2_dir_entry *dirent, int offset,
+			int blocksize, char *buf, void *priv)
+{
+	struct dent_list *dl = priv;
+	int len = ext2fs_dirent_name_len(dirent);
+
+	if (!dirent->inode || (len == 1 && dirent->name[0] == '.') ||
+	    (len == 2 && dirent->name[0] == '.' && dirent->name[1] == '.'))
+		return 0;
+	if (dl->n == dl->cap) {
+		size_t cap = dl->cap ? dl->cap * 2 : 32;
+		struct dent *more = realloc(dl->v, cap * sizeof(*more));
+
+		if (!more) {
+			dl->err = ENOMEM;
+			return DIRENT_ABORT;
+		}
+		dl->v = more;
+		dl->cap = cap;
+	}
+	dl->v[dl->n].ino = dirent->inode;
+	dl->v[dl->n].ftype = ext2fs_dirent_file_type(dirent);
+	memcpy(dl->v[dl->n].name, dirent->name, len);
+	dl->v[dl->n].name[len] = 0;
+	dl->n++;
+	return 0;
+}
+
+static mode_t ftype_mode(int ftype)
+{
+	switch (ftype) {
+	case EXT2_FT_DIR:
+		return S_IFDIR;
+	case EXT2_FT_SYMLINK:
+		return S_IFLNK;
+	case EXT2_FT_CHRDEV:
+		return S_IFCHR;
+	case EXT2_FT_BLKDEV:
+		return S_IFBLK;
+	case EXT2_FT_FIFO:
+		return S_IFIFO;
+	case EXT2_FT_SOCK:
+		return S_IFSOCK;
+	default:
+		return S_IFREG;
+	}
+}
+
+static errcode_t walk_dir(struct differ *d, int s, ext2_ino_t dir,
+			  char *path, size_t plen, int depth)
+{
+	struct dent_list dl = { 0 };
+	int changed = dir_changed(d, dir);
+	errcode_t err;
+	size_t i;
+
+	if (depth > 4096)
+		return EXT2_ET_DIR_CORRUPTED;	/* a directory loop */
+	err = ext2fs_dir_iterate(d->side[s].fs, dir, 0, NULL, collect_dent,
+				 &dl);
+	if (!err)
+		err = dl.err;
+	for (i = 0; i < dl.n && !err; i++) {
+		struct dent *e = &dl.v[i];
+		size_t nlen = strlen(e->name);
+
+		if (dir == EXT2_ROOT_INO && !strcmp(e->name, NX_SNAPDIR_NAME))
+			continue;	/* the snapshots themselves */
+		if (plen + 1 + nlen >= PATH_MAX)
+			continue;	/* cannot be named; not reported */
+		path[plen] = '/';
+		memcpy(path + plen + 1, e->name, nlen + 1);
+		if (changed || inode_changed(d, e->ino))
+			err = remember(d, s, e->ino, dir, e->name, path,
+				       ftype_mode(e->ftype));
+		if (!err && e->ftype == EXT2_FT_DIR)
+			err = walk_dir(d, s, e->ino, path, plen + 1 + nlen,
+				       depth + 1);
+		path[plen] = 0;
+	}
+	d->walked += dl.n + 1;
+	if (d->prog && d->prog->fn)
+		d->prog->fn(d->prog->priv, "comparing", d->walked, d->total);
+	free(dl.v);
+	return err;
+}
+
+/* ------------------------------------------------------------------ */
+/* Comparing one file that exists on both sides.                       */
+
+struct blkvec {
+	blk64_t *l, *p;
+	size_t n, cap;
+};
+
+static int collect_block(ext2_filsys fs, blk64_t *blocknr,
+			 e2_blkcnt_t blockcnt, blk64_t ref_blk, int ref_offset,
+			 void *priv)
+{
+	struct blkvec *v = priv;
+
+	if (v->n == v->cap) {
+		size_t cap = v->cap ? v->cap * 2 : 64;
+		blk64_t *l = realloc(v->l, cap * sizeof(*l));
+		blk64_t *p = l ? realloc(v->p, cap * sizeof(*p)) : NULL;
+
+		if (l)
+			v->l = l;
+		if (!l || !p)
+			return BLOCK_ABORT;
+		v->p = p;
+		v->cap = cap;
+	}
+	v->l[v->n] = blockcnt;
+	v->p[v->n] = *blocknr;
+	v->n++;
+	return 0;
+}
+
+/* Compare logical block LBLK (of SIZE-byte files) by content. */
+static int block_content_differs(struct differ *d, ext2_file_t f[2],
+				 blk64_t lblk, uint64_t size)
+{
+	unsigned bs = d->vol->fs->blocksize;
+	uint64_t off = lblk * bs;
+	unsigned want = size - off < bs ? (unsigned)(size - off) : bs;
+	char *buf[2];
+	unsigned got[2];
+	int s, differs = 1;
+
+	buf[0] = malloc(bs);
+	buf[1] = malloc(bs);
+	for (s = 0; s < 2 && buf[0] && buf[1]; s++)
+		if (ext2fs_file_llseek(f[s], off, EXT2_SEEK_SET, NULL) ||
+		    ext2fs_file_read(f[s], buf[s], want, &got[s]))
+			goto out;
+	if (buf[0] && buf[1] && got[0] == got[1])
+		differs = memcmp(buf[0], buf[1], got[0]) != 0;
+out:
+	free(buf[0]);
+	free(buf[1]);
+	return differs;
+}
+
+/* Inline data has no block map: compare the bytes (at most an inode's). */
+static int inline_content_differs(struct differ *d, ext2_ino_t ino,
+				  uint64_t size)
+{
+	ext2_file_t f[2] = { NULL, NULL };
+	blk64_t lb, nblocks = (size + d->vol->fs->blocksize - 1) /
+			      d->vol->fs->blocksize;
+	int s, differs = 1;
+
+	for (s = 0; s < 2; s++)
+		if (ext2fs_file_open(d->side[s].fs, ino, 0, &f[s]))
+			goto out;
+	for (lb = 0; lb < nblocks; lb++)
+		if (block_content_differs(d, f, lb, size))
+			goto out;
+	differs = 0;
+out:
+	for (s = 0; s < 2; s++)
+		if (f[s])
+			ext2fs_file_close(f[s]);
+	return differs;
+}
+
+static int content_differs(struct differ *d, ext2_ino_t ino, uint64_t size,
+			   const struct ext2_inode_large in[2])
+{
+	unsigned bs = d->vol->fs->blocksize;
+	blk64_t nblocks = (size + bs - 1) / bs, lb;
+	struct blkvec v[2] = { { 0 }, { 0 } };
+	ext2_file_t f[2] = { NULL, NULL };
+	size_t i[2] = { 0, 0 };
+	int s, differs = 1;
+
+	if ((in[0].i_flags | in[1].i_flags) & EXT4_INLINE_DATA_FL)
+		return inline_content_differs(d, ino, size);
+	for (s = 0; s < 2; s++) {
+		if (ext2fs_block_iterate3(d->side[s].fs, ino,
+					  BLOCK_FLAG_READ_ONLY |
+					  BLOCK_FLAG_DATA_ONLY, NULL,
+					  collect_block, &v[s]) ||
+		    ext2fs_file_open(d->side[s].fs, ino, 0, &f[s]))
+			goto out;
+	}
+	/* Walk both maps (sorted by logical block) together. */
+	for (lb = 0; lb < nblocks;) {
+		blk64_t pa = 0, pb = 0, ra, rb, next = nblocks;
+
+		while (i[0] < v[0].n && v[0].l[i[0]] < lb)
+			i[0]++;
+		while (i[1] < v[1].n && v[1].l[i[1]] < lb)
+			i[1]++;
+		if (i[0] < v[0].n && v[0].l[i[0]] == lb)
+			pa = v[0].p[i[0]];
+		if (i[1] < v[1].n && v[1].l[i[1]] == lb)
+			pb = v[1].p[i[1]];
+		if (!pa && !pb) {
+			/* A hole on both sides: skip to the next mapping. */
+			if (i[0] < v[0].n && v[0].l[i[0]] < next)
+				next = v[0].l[i[0]];
+			if (i[1] < v[1].n && v[1].l[i[1]] < next)
+				next = v[1].l[i[1]];
+			lb = next;
+			continue;
+		}
+		if (!pa || !pb || resolve(d, 0, pa, &ra) ||
+		    resolve(d, 1, pb, &rb) || ra != rb) {
+			if (block_content_differs(d, f, lb, size))
+				goto out;
+		}
+		lb++;
+	}
+	differs = 0;
+out:
+	for (s = 0; s < 2; s++) {
+		if (f[s])
+			ext2fs_file_close(f[s]);
+		free(v[s].l);
+		free(v[s].p);
+	}
+	return differs;
+}
+
+struct xattr_list {
+	char **names;
+	void **values;
+	size_t *lens;
+	size_t n, cap;
+};
+
+static int collect_xattr(char *name, char *value, size_t value_len,
+			 void *priv)
+{
+	struct xattr_list *xl = priv;
+
+	if (!strcmp(name, "system.data"))
+		return 0;	/* inline data, compared as content */
+	if (xl->n == xl->cap) {
+		size_t cap = xl->cap ? xl->cap * 2 : 8;
+		char **n = realloc(xl->names, cap * sizeof(*n));
+		void **v = n ? realloc(xl->values, cap * sizeof(*v)) : NULL;
+		size_t *l = v ? realloc(xl->lens, cap * sizeof(*l)) : NULL;
+
+		if (n)
+			xl->names = n;
+		if (v)
+			xl->values = v;
+		if (!l)
+			return XATTR_ABORT;
+		xl->lens = l;
+		xl->cap = cap;
+	}
+	xl->names[xl->n] = strdup(name);
+	xl->values[xl->n] = malloc(value_len ? value_len : 1);
+	if (!xl->names[xl->n] || !xl->values[xl->n])
+		return XATTR_ABORT;
+	memcpy(xl->values[xl->n], value, value_len);
+	xl->lens[xl->n] = value_len;
+	xl->n++;
+	return 0;
+}
+
+static void free_xattrs(struct xattr_list *xl)
+{
+	size_t i;
+
+	for (i = 0; i < xl->n; i++) {
+		free(xl->names[i]);
+		free(xl->values[i]);
+	}
+	free(xl->names);
+	free(xl->values);
+	free(xl->lens);
+}
+
+static errcode_t read_xattrs(ext2_filsys fs, ext2_ino_t ino,
+			     struct xattr_list *xl)
+{
+	struct ext2_xattr_handle *h;
+	errcode_t err;
+
+	err = ext2fs_xattrs_open(fs, ino, &h);
+	if (err)
+		return err;
+	err = ext2fs_xattrs_read(h);
+	if (!err)
+		err = ext2fs_xattrs_iterate(h, collect_xattr, xl);
+	ext2fs_xattrs_close(&h);
+	return err;
+}
+
+static int xattrs_differ(struct differ *d, ext2_ino_t ino)
+{
+	struct xattr_list xl[2] = { { 0 }, { 0 } };
+	int differs = 1;
+	size_t i, j;
+
+	if (read_xattrs(d->side[0].fs, ino, &xl[0]) ||
+	    read_xattrs(d->side[1].fs, ino, &xl[1]) || xl[0].n != xl[1].n)
+		goto out;
+	for (i = 0; i < xl[0].n; i++) {
+		for (j = 0; j < xl[1].n; j++)
+			if (!strcmp(xl[0].names[i], xl[1].names[j]))
+				break;
+		if (j == xl[1].n || xl[0].lens[i] != xl[1].lens[j] ||
+		    memcmp(xl[0].values[i], xl[1].values[j], xl[0].lens[i]))
+			goto out;
+	}
+	differs = 0;
+out:
+	free_xattrs(&xl[0]);
+	free_xattrs(&xl[1]);
+	return differs;
+}
+
+static int symlink_differs(struct differ *d, ext2_ino_t ino)
+{
+	char a[EXT2_NAME_LEN * 16 + 1], b[sizeof(a)];
+	size_t la = 0, lb = 0;
+
+	if (nx_readlink(d->side[0].v, ino, a, sizeof(a), &la) ||
+	    nx_readlink(d->side[1].v, ino, b, sizeof(b), &lb))
+		return 1;
+	return la != lb || memcmp(a, b, la < sizeof(a) ? la : sizeof(a));
+}
+
+/* Inode data as the user sees it: owner, mode, size, mtime, ... */
+static int attrs_differ(const struct ext2_inode_large *a,
+			const struct ext2_inode_large *b, int large)
+{
+	if (a->i_mode != b->i_mode || a->i_uid != b->i_uid ||
+	    a->i_gid != b->i_gid ||
+	    inode_uid(*a) != inode_uid(*b) ||
+	    inode_gid(*a) != inode_gid(*b) ||
+	    EXT2_I_SIZE(a) != EXT2_I_SIZE(b) || a->i_mtime != b->i_mtime ||
+	    a->i_links_count != b->i_links_count ||
+	    ((a->i_flags ^ b->i_flags) & EXT2_FL_USER_MODIFIABLE))
+		return 1;
+	if (large && a->i_mtime_extra != b->i_mtime_extra)
+		return 1;
+	if ((LINUX_S_ISCHR(a->i_mode) || LINUX_S_ISBLK(a->i_mode)) &&
+	    (a->i_block[0] != b->i_block[0] || a->i_block[1] != b->i_block[1]))
+		return 1;
+	return 0;
+}
+
+/* Same file on both sides: did its content or attributes change? */
+static int file_modified(struct differ *d, ext2_ino_t ino,
+			 const struct ext2_inode_large in[2])
+{
+	unsigned need = offsetof(struct ext2_inode_large, i_mtime_extra) + 4 -
+			EXT2_GOOD_OLD_INODE_SIZE;
+	int large = EXT2_INODE_SIZE(d->vol->fs->super) >
+		    EXT2_GOOD_OLD_INODE_SIZE &&
+		    in[0].i_extra_isize >= need && in[1].i_extra_isize >= need;
+
+	if (!inode_changed(d, ino))
+		return 0;
+	if (attrs_differ(&in[0], &in[1], large))
+		return 1;
+	if (LINUX_S_ISLNK(in[0].i_mode) && symlink_differs(d, ino))
+		return 1;
+	if (LINUX_S_ISREG(in[0].i_mode) &&
+	    content_differs(d, ino, EXT2_I_SIZE(&in[0]), in))
+		return 1;
+	return xattrs_differ(d, ino);
+}
+
+/* ------------------------------------------------------------------ */
+/* Classification and output.                                          */
+
+static errcode_t emit(struct differ *d, int kind, mode_t type,
+		      const char *path, const char *newpath)
+{
+	struct nx_diff_entry *e;
+
+	if (d->nout == d->capout) {
+		size_t cap = d->capout ? d->capout * 2 : 64;
+		struct nx_diff_entry *more = realloc(d->out,
+						     cap * sizeof(*more));
+
+		if (!more)
+			return EXT2_ET_NO_MEMORY;
+		d->out = more;
+		d->capout = cap;
+	}
+	e = &d->out[d->nout++];
+	e->kind = kind;
+	e->type = type;
+	e->path = path;
+	e->newpath = newpath;
+	return 0;
+}
+
+static struct loc *find_loc(struct loc *list, const struct loc *l)
+{
+	for (; list; list = list->next)
+		if (list->parent == l->parent && !strcmp(list->name, l->name))
+			return list;
+	return NULL;
+}
+
+static int count_only(struct loc *list, struct loc *other, struct loc **one)
+{
+	int n = 0;
+
+	for (; list; list = list->next)
+		if (!find_loc(other, list)) {
+			n++;
+			*one = list;
+		}
+	return n;
+}
+
+static int exists(struct differ *d, int s, ext2_ino_t ino,
+		  struct ext2_inode_large *inode)
+{
+	memset(inode, 0, sizeof(*inode));
+	return !ext2fs_read_inode_full(d->side[s].fs, ino,
+				       (struct ext2_inode *)inode,
+				       sizeof(*inode)) &&
+	       inode->i_links_count > 0 && inode->i_mode;
+}
+
+static errcode_t classify(struct differ *d, struct irec *r)
+{
+	struct ext2_inode_large in[2];
+	struct loc *l, *o1 = NULL, *n1 = NULL;
+	int e0 = exists(d, 0, r->ino, &in[0]);
+	int e1 = exists(d, 1, r->ino, &in[1]);
+	int same = e0 && e1 && in[0].i_generation == in[1].i_generation &&
+		   LINUX_S_ISDIR(in[0].i_mode) == LINUX_S_ISDIR(in[1].i_mode) &&
+		   (in[0].i_mode & LINUX_S_IFMT) == (in[1].i_mode & LINUX_S_IFMT);
+	int renamed = 0, modified;
+	errcode_t err = 0;
+
+	if (!same) {
+		for (l = r->locs[0]; l && !err; l = l->next)
+			err = emit(d, NX_DIFF_REMOVED, l->type, l->path, NULL);
+		for (l = r->locs[1]; l && !err; l = l->next)
+			err = emit(d, NX_DIFF_ADDED, l->type, l->path, NULL);
+		return err;
+	}
+	if (count_only(r->locs[0], r->locs[1], &o1) == 1 &&
+	    count_only(r->locs[1], r->locs[0], &n1) == 1) {
+		renamed = 1;
+		err = emit(d, NX_DIFF_RENAMED, n1->type, o1->path, n1->path);
+	} else {
+		for (l = r->locs[0]; l && !err; l = l->next)
+			if (!find_loc(r->locs[1], l))
+				err = emit(d, NX_DIFF_REMOVED, l->type,
+					   l->path, NULL);
+		for (l = r->locs[1]; l && !err; l = l->next)
+			if (!find_loc(r->locs[0], l))
+				err = emit(d, NX_DIFF_ADDED, l->type, l->path,
+					   NULL);
+	}
+	modified = file_modified(d, r->ino, in);
+	for (l = r->locs[1]; l && !err && modified; l = l->next)
+		if (find_loc(r->locs[0], l) || (renamed && l == n1))
+			err = emit(d, NX_DIFF_MODIFIED, l->type, l->path,
+				   NULL);
+	return err;
+}
+
+static int by_path(const void *a, const void *b)
+{
+	const struct nx_diff_entry *x = a, *y = b;
+	int c = strcmp(x->path, y->path);
+
+	if (c)
+		return c;
+	/* '-' before '+' before 'M' at the same path */
+	return (x->kind == NX_DIFF_REMOVED ? 0 : x->kind == NX_DIFF_ADDED ?
+		1 : 2) - (y->kind == NX_DIFF_REMOVED ? 0 :
+		y->kind == NX_DIFF_ADDED ? 1 : 2);
+}
+
+/* ------------------------------------------------------------------ */
+
+static errcode_t open_side(struct differ *d, int s, const char *name,
+			   char *msg, size_t msglen)
+{
+	struct nx_snapinfo info;
+	errcode_t err;
+
+	if (!name) {
+		d->side[s].v = d->vol;
+		d->side[s].fs = d->vol->fs;
+		d->side[s].idx = -1;
+		return 0;
+	}
+	if (nx_snap_find(d->vol, name, &info)) {
+		snprintf(msg, msglen, "no snapshot named '%s'", name);
+		return ENOENT;
+	}
+	err = nx_snap_view_open(d->vol, info.ino, &d->side[s].v);
+	if (err) {
+		snprintf(msg, msglen, "cannot open snapshot '%s': %s", name,
+			 error_message(err));
+		return err;
+	}
+	d->side[s].owned = 1;
+	d->side[s].fs = d->side[s].v->fs;
+	d->side[s].idx = nx_snap_index(d->store, info.ino);
+	return 0;
+}
+
+static errcode_t setup(struct differ *d)
+{
+	ext2_filsys fs = d->vol->fs;
+	errcode_t err;
+
+	d->isize = EXT2_INODE_SIZE(fs->super);
+	d->ibuf[0] = malloc(d->isize);
+	d->ibuf[1] = malloc(d->isize);
+	if (!d->ibuf[0] || !d->ibuf[1])
+		return EXT2_ET_NO_MEMORY;
+	err = ext2fs_allocate_block_bitmap(fs, "checked", &d->blk_checked);
+	if (!err)
+		err = ext2fs_allocate_block_bitmap(fs, "differs",
+						   &d->blk_differs);
+	if (!err)
+		err = ext2fs_allocate_inode_bitmap(fs, "checked",
+						   &d->ino_checked);
+	if (!err)
+		err = ext2fs_allocate_inode_bitmap(fs, "changed",
+						   &d->ino_changed);
+	d->total = 2 * (uint64_t)(fs->super->s_inodes_count -
+				  fs->super->s_free_inodes_count);
+	return err;
+}
+
+static void teardown(struct differ *d)
+{
+	size_t i;
+	int s;
+
+	for (i = 0; i < d->nrecs; i++)
+		for (s = 0; s < 2; s++) {
+			struct loc *l = d->recs[i].locs[s], *next;
+
+			for (; l; l = next) {
+				next = l->next;
+				free(l->name);
+				free(l->path);
+				free(l);
+			}
+		}
+	free(d->recs);
+	free(d->out);
+	nx_blkmap_free(&d->index);
+	for (s = 0; s < 2; s++)
+		if (d->side[s].owned)
+			nx_snap_view_close(d->side[s].v);
+	if (d->blk_checked)
+		ext2fs_free_block_bitmap(d->blk_checked);
+	if (d->blk_differs)
+		ext2fs_free_block_bitmap(d->blk_differs);
+	if (d->ino_checked)
+		ext2fs_free_inode_bitmap(d->ino_checked);
+	if (d->ino_changed)
+		ext2fs_free_inode_bitmap(d->ino_changed);
+	free(d->ibuf[0]);
+	free(d->ibuf[1]);
+}
+
+errcode_t nx_snap_diff(struct nx_volume *vol, const char *old_name,
+		       const char *new_name, nx_diff_fn fn, void *priv,
+		       const struct nx_progress *prog, char *msg,
+		       size_t msglen)
+{
+	struct differ d = { 0 };
+	char path[PATH_MAX];
+	errcode_t err;
+	size_t i;
+	int s;
+
+	snprintf(msg, msglen, "%s", "");
+	d.vol = vol;
+	d.store = vol->snap;
+	d.prog = prog;
+	if (!d.store) {
+		snprintf(msg, msglen, "the volume has no snapshot store");
+		return EINVAL;
+	}
+	err = open_side(&d, 0, old_name, msg, msglen);
+	if (!err)
+		err = open_side(&d, 1, new_name, msg, msglen);
+	if (!err && d.side[1].idx >= 0 && d.side[0].idx > d.side[1].idx) {
+		snprintf(msg, msglen, "snapshot '%s' is newer than '%s'; name "
+			 "the older one first", old_name, new_name);
+		err = EINVAL;
+	}
+	if (!err)
+		err = setup(&d);
+	for (s = 0; s < 2 && !err; s++) {
+		path[0] = 0;
+		err = walk_dir(&d, s, EXT2_ROOT_INO, path, 0, 0);
+	}
+	if (!err && inode_changed(&d, EXT2_ROOT_INO)) {
+		/* The root has no entry: remember it by hand. */
+		err = remember(&d, 0, EXT2_ROOT_INO, 0, "", "/", S_IFDIR);
+		if (!err)
+			err = remember(&d, 1, EXT2_ROOT_INO, 0, "", "/",
+				       S_IFDIR);
+	}
+	for (i = 0; i < d.nrecs && !err; i++)
+		err = classify(&d, &d.recs[i]);
+	if (err) {
+		if (!msg[0])
+			snprintf(msg, msglen, "comparing failed: %s",
+				 error_message(err));
+		goto out;
+	}
+	if (d.nout)
+		qsort(d.out, d.nout, sizeof(*d.out), by_path);
+	for (i = 0; i < d.nout; i++)
+		if (fn(priv, &d.out[i]))
+			break;
+out:
+	teardown(&d);
+	return err;
+}
