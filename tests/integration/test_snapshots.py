@@ -209,6 +209,13 @@ class SnapshotTest(nx.NxTestCase):
         rc, out = nxsnap.fsck_masked(img)
         self.assertEqual(rc, 0, 'e2fsck -fn (HAS_SNAPSHOT masked):\n' +
                          nx.tail(out, 40))
+        # and the project's own snapshot-aware checker
+        tool = os.environ.get('NEXTFS')
+        if tool:
+            p = subprocess.run([tool, 'check', img], capture_output=True,
+                               text=True)
+            self.assertEqual(p.returncode, 0, 'nextfs check:\n' +
+                             nx.tail(p.stdout + p.stderr, 40))
 
     def assert_snapshots(self, m, manifests, what):
         taken = []
