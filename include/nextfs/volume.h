@@ -77,6 +77,10 @@ static inline void nx_volume_unlock(struct nx_volume *vol)
 	pthread_mutex_unlock(&(vol->parent ? vol->parent : vol)->lock);
 }
 
+/* printf into MSG (if non-NULL): the one-line reasons the tools print. */
+void nx_set_msg(char *msg, size_t len, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
 /*
  * Map a libext2fs/com_err error code or errno value to a positive errno
  * suitable for returning to the kernel.  0 maps to 0.

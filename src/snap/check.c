@@ -32,17 +32,6 @@
 
 #define MAX_REPORTED	20	/* per kind of finding, then a summary */
 
-static void set_msg(char *msg, size_t len, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (!msg || !len)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(msg, len, fmt, ap);
-	va_end(ap);
-}
-
 /* ------------------------------------------------------------------ */
 /* Raw open.                                                           */
 
@@ -53,7 +42,7 @@ static errcode_t lock_device(struct nx_rawvol *raw, char *msg, size_t msglen)
 	if (fd < 0) {
 		int e = errno;
 
-		set_msg(msg, msglen, "%s: %s", raw->device, strerror(e));
+		nx_set_msg(msg, msglen, "%s: %s", raw->device, strerror(e));
 		return e;
 	}
 	if (flock(fd, (raw->rw ? LOCK_EX : LOCK_SH) | LOCK_NB) < 0) {
@@ -61,12 +50,12 @@ static errcode_t lock_device(struct nx_rawvol *raw, char *msg, size_t msglen)
 
 		close(fd);
 		if (e == EWOULDBLOCK) {
-			set_msg(msg, msglen, "%s is in use by nextfs (mounted "
+			nx_set_msg(msg, msglen, "%s is in use by nextfs (mounted "
 				"with nextfs-fuse or opened by another nextfs "
 				"command); unmount it first", raw->device);
 			return EBUSY;
 		}
-		set_msg(msg, msglen, "%s: cannot lock: %s", raw->device,
+		nx_set_msg(msg, msglen, "%s: cannot lock: %s", raw->device,
 			strerror(e));
 		return e;
 	}
@@ -81,26 +70,26 @@ static errcode_t refuse_unreadable(struct nx_rawvol *raw, char *msg,
 	int mflags = 0;
 
 	if (sb->s_feature_incompat & ~EXT2_LIB_FEATURE_INCOMPAT_SUPP) {
-		set_msg(msg, msglen, "%s: unsupported incompatible features "
+		nx_set_msg(msg, msglen, "%s: unsupported incompatible features "
 			"(0x%x)", raw->device, sb->s_feature_incompat &
 			~EXT2_LIB_FEATURE_INCOMPAT_SUPP);
 		return EXT2_ET_UNSUPP_FEATURE;
 	}
 	if (ext2fs_has_feature_bigalloc(sb)) {
-		set_msg(msg, msglen, "%s: bigalloc volumes are not supported",
+		nx_set_msg(msg, msglen, "%s: bigalloc volumes are not supported",
 			raw->device);
 		return EXT2_ET_UNSUPP_FEATURE;
 	}
 	if (!raw->rw)
 		return 0;
 	if (ext2fs_has_feature_journal_needs_recovery(sb)) {
-		set_msg(msg, msglen, "%s: the journal needs recovery; run "
+		nx_set_msg(msg, msglen, "%s: the journal needs recovery; run "
 			"'e2fsck -fy' first", raw->device);
 		return EXT2_ET_UNSUPP_FEATURE;
 	}
 	if (!ext2fs_check_if_mounted(raw->device, &mflags) &&
 	    (mflags & EXT2_MF_MOUNTED)) {
-		set_msg(msg, msglen, "%s is mounted by the kernel; unmount it "
+		nx_set_msg(msg, msglen, "%s is mounted by the kernel; unmount it "
 			"first", raw->device);
 		return EBUSY;
 	}
@@ -114,7 +103,7 @@ errcode_t nx_raw_open(const char *device, int rw, struct nx_rawvol **ret,
 	struct nx_rawvol *raw;
 	errcode_t err;
 
-	set_msg(msg, msglen, "");
+	nx_set_msg(msg, msglen, "%s", "");
 	initialize_ext2_error_table();
 	raw = calloc(1, sizeof(*raw));
 	if (!raw)
@@ -135,7 +124,7 @@ errcode_t nx_raw_open(const char *device, int rw, struct nx_rawvol **ret,
 			   &raw->fs);
 	if (err) {
 		raw->fs = NULL;
-		set_msg(msg, msglen, "%s: %s", device,
+		nx_set_msg(msg, msglen, "%s: %s", device,
 			err == EXT2_ET_BAD_MAGIC || err == EXT2_ET_SHORT_READ ?
 			"not an ext2/ext3/ext4 file system" :
 			error_message(err));
@@ -148,7 +137,7 @@ errcode_t nx_raw_open(const char *device, int rw, struct nx_rawvol **ret,
 		goto fail;
 	err = ext2fs_read_bitmaps(raw->fs);
 	if (err) {
-		set_msg(msg, msglen, "%s: cannot read the allocation bitmaps: "
+		nx_set_msg(msg, msglen, "%s: cannot read the allocation bitmaps: "
 			"%s", device, error_message(err));
 		goto fail;
 	}
@@ -1214,7 +1203,7 @@ errcode_t nx_check(const char *device, int flags, nx_check_report_fn report,
 		err = load_names(&ck);
 	}
 	if (err) {
-		set_msg(msg, msglen, "%s: %s", device, error_message(err));
+		nx_set_msg(msg, msglen, "%s: %s", device, error_message(err));
 		goto out;
 	}
 	follow_list(&ck);
@@ -1229,7 +1218,7 @@ errcode_t nx_check(const char *device, int flags, nx_check_report_fn report,
 	ck.fs = NULL;
 	err = nx_raw_release_fs(raw);
 	if (err) {
-		set_msg(msg, msglen, "%s: writing the repairs failed: %s",
+		nx_set_msg(msg, msglen, "%s: writing the repairs failed: %s",
 			device, error_message(err));
 		goto out;
 	}
@@ -1238,7 +1227,7 @@ errcode_t nx_check(const char *device, int flags, nx_check_report_fn report,
 		    "preserves");
 		err = check_views(&ck, device);
 		if (err)
-			set_msg(msg, msglen, "%s: %s", device,
+			nx_set_msg(msg, msglen, "%s: %s", device,
 				error_message(err));
 	}
 out:

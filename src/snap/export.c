@@ -26,20 +26,6 @@
 #include "nextfs/snaptool.h"
 #include "snap_internal.h"
 
-static void set_msg(char *msg, size_t len, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-
-static void set_msg(char *msg, size_t len, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (!msg || !len)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(msg, len, fmt, ap);
-	va_end(ap);
-}
-
 /* ------------------------------------------------------------------ */
 /* The overlay I/O manager.                                            */
 
@@ -359,7 +345,7 @@ errcode_t nx_imgsrc_open_live(const char *device, struct nx_imgsrc **ret,
 	    pread(src->fd, &src->sb, sizeof(src->sb), SUPERBLOCK_OFFSET) !=
 	    (ssize_t)sizeof(src->sb)) {
 		err = errno ? errno : EIO;
-		set_msg(msg, msglen, "%s: %s", device, strerror(err));
+		nx_set_msg(msg, msglen, "%s: %s", device, strerror(err));
 		nx_imgsrc_close(src);
 		return err;
 	}
@@ -680,7 +666,7 @@ errcode_t nx_imgsrc_open_export(struct nx_volume *vol, const char *name,
 	errcode_t err;
 
 	if (nx_snap_find(vol, name, &info)) {
-		set_msg(msg, msglen, "no snapshot named '%s'", name);
+		nx_set_msg(msg, msglen, "no snapshot named '%s'", name);
 		return ENOENT;
 	}
 	src = calloc(1, sizeof(*src));
@@ -690,7 +676,7 @@ errcode_t nx_imgsrc_open_export(struct nx_volume *vol, const char *name,
 	src->fd = -1;
 	err = nx_snap_view_open(vol, info.ino, &src->view);
 	if (err) {
-		set_msg(msg, msglen, "cannot open snapshot '%s': %s", name,
+		nx_set_msg(msg, msglen, "cannot open snapshot '%s': %s", name,
 			error_message(err));
 		goto fail;
 	}
@@ -717,13 +703,13 @@ errcode_t nx_imgsrc_open_export(struct nx_volume *vol, const char *name,
 	if (!err)
 		err = strip_snapshots(efs, src->used);
 	if (err) {
-		set_msg(msg, msglen, "cannot prepare snapshot '%s' for export: "
+		nx_set_msg(msg, msglen, "cannot prepare snapshot '%s' for export: "
 			"%s", name, error_message(err));
 		goto fail;
 	}
 	err = ext2fs_close_free(&efs);
 	if (err) {
-		set_msg(msg, msglen, "cannot prepare snapshot '%s' for export: "
+		nx_set_msg(msg, msglen, "cannot prepare snapshot '%s' for export: "
 			"%s", name, error_message(err));
 		goto fail;
 	}

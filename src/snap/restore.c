@@ -74,20 +74,6 @@ struct restorer {
 	int cursor_wrapped;
 };
 
-static void set_msg(char *msg, size_t len, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-
-static void set_msg(char *msg, size_t len, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (!msg || !len)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(msg, len, fmt, ap);
-	va_end(ap);
-}
-
 static errcode_t grow(void **v, size_t *cap, size_t n, size_t size)
 {
 	void *more;
@@ -136,7 +122,7 @@ static errcode_t precheck(const char *device, const char *name, int flags,
 		if (!strcmp(list[i].name, name))
 			idx = i;
 	if (idx < 0) {
-		set_msg(msg, msglen, "no snapshot named '%s'", name);
+		nx_set_msg(msg, msglen, "no snapshot named '%s'", name);
 		free(list);
 		return ENOENT;
 	}
@@ -144,7 +130,7 @@ static errcode_t precheck(const char *device, const char *name, int flags,
 		used += snprintf(names + used, sizeof(names) - used, "%s'%s'",
 				 used ? ", " : "", list[i].name);
 	if (idx + 1 < n && !(flags & NX_RESTORE_DESTROY_NEWER)) {
-		set_msg(msg, msglen, "snapshot%s %s %s newer than '%s': restoring "
+		nx_set_msg(msg, msglen, "snapshot%s %s %s newer than '%s': restoring "
 			"would invalidate %s; delete %s first (or use "
 			"--destroy-newer)", n - idx > 2 ? "s" : "", names,
 			n - idx > 2 ? "are" : "is", name,
@@ -159,7 +145,7 @@ static errcode_t precheck(const char *device, const char *name, int flags,
 			err = nx_snap_delete(vol, list[i].name);
 			nx_volume_unlock(vol);
 			if (err)
-				set_msg(msg, msglen, "deleting snapshot '%s': %s",
+				nx_set_msg(msg, msglen, "deleting snapshot '%s': %s",
 					list[i].name, error_message(err));
 			else
 				res->destroyed++;
@@ -217,7 +203,7 @@ static errcode_t load_snapshots(struct restorer *r, const char *name,
 		err = ext2fs_lookup(fs, r->snapdir, name, strlen(name), NULL,
 				    &r->snap);
 	if (err || r->snap != fs->super->s_snapshot_list) {
-		set_msg(msg, msglen, "snapshot '%s' is not the newest one on "
+		nx_set_msg(msg, msglen, "snapshot '%s' is not the newest one on "
 			"disk; run 'nextfs check'", name);
 		return err ? err : EINVAL;
 	}
@@ -249,7 +235,7 @@ static errcode_t load_snapshots(struct restorer *r, const char *name,
 					    BLOCK_FLAG_READ_ONLY, NULL,
 					    mark_owned, r->dirblocks);
 	if (err)
-		set_msg(msg, msglen, "cannot read the snapshots' block maps: "
+		nx_set_msg(msg, msglen, "cannot read the snapshots' block maps: "
 			"%s", error_message(err));
 	return err;
 }
@@ -267,7 +253,7 @@ static errcode_t sanity(struct restorer *r, char *msg, size_t msglen)
 		    n >= ext2fs_blocks_count(fs->super) ||
 		    (r->map[i].b != n &&
 		     ext2fs_test_block_bitmap2(r->other, n))) {
-			set_msg(msg, msglen, "snapshot maps block %llu in a "
+			nx_set_msg(msg, msglen, "snapshot maps block %llu in a "
 				"way the engine never does; run 'nextfs "
 				"check'", (unsigned long long)n);
 			return EXT2_ET_FILESYSTEM_CORRUPTED;
@@ -1063,7 +1049,7 @@ errcode_t nx_snap_restore(const char *device, const char *name, int flags,
 	errcode_t err;
 
 	memset(res, 0, sizeof(*res));
-	set_msg(msg, msglen, "%s", "");
+	nx_set_msg(msg, msglen, "%s", "");
 	err = precheck(device, name, flags, res, msg, msglen);
 	if (err)
 		return err;
@@ -1090,7 +1076,7 @@ errcode_t nx_snap_restore(const char *device, const char *name, int flags,
 	if (!err)
 		err = bookkeeping(&r);
 	if (err && !msg[0])
-		set_msg(msg, msglen, "restore failed part way: %s (the snapshot "
+		nx_set_msg(msg, msglen, "restore failed part way: %s (the snapshot "
 			"is intact; run 'nextfs restore' again)",
 			error_message(err));
 out:

@@ -20,12 +20,6 @@
 
 #define MAX_SNAPSHOTS 1024
 
-static void set_msg(char *msg, size_t len, const char *text)
-{
-	if (msg && len)
-		snprintf(msg, len, "%s", text);
-}
-
 int nx_snap_index(struct nx_snapstore *store, ext2_ino_t ino)
 {
 	int i;
@@ -159,7 +153,7 @@ static errcode_t load_list(struct nx_snapstore *store, char *msg, size_t msglen)
 
 		if (n == MAX_SNAPSHOTS || ino < EXT2_FIRST_INO(fs->super) ||
 		    ino > fs->super->s_inodes_count) {
-			set_msg(msg, msglen, "snapshot list is corrupt (bad "
+			nx_set_msg(msg, msglen, "%s", "snapshot list is corrupt (bad "
 				"inode number or loop); run 'nextfs check'");
 			err = EXT2_ET_FILESYSTEM_CORRUPTED;
 			goto fail;
@@ -169,7 +163,7 @@ static errcode_t load_list(struct nx_snapstore *store, char *msg, size_t msglen)
 			goto fail;
 		if (!(inode.i_flags & EXT4_SNAPFILE_FL) ||
 		    !LINUX_S_ISREG(inode.i_mode) || !inode.i_links_count) {
-			set_msg(msg, msglen, "snapshot list points at an inode "
+			nx_set_msg(msg, msglen, "%s", "snapshot list points at an inode "
 				"that is not a snapshot; run 'nextfs check'");
 			err = EXT2_ET_FILESYSTEM_CORRUPTED;
 			goto fail;
@@ -198,7 +192,7 @@ static errcode_t load_list(struct nx_snapstore *store, char *msg, size_t msglen)
 	for (i = 0; i < n; i++) {
 		err = scan_snapshot_blocks(store, store->snaps[i]);
 		if (err) {
-			set_msg(msg, msglen, "cannot read a snapshot's block "
+			nx_set_msg(msg, msglen, "%s", "cannot read a snapshot's block "
 				"map; run 'nextfs check'");
 			return err;
 		}
@@ -292,7 +286,7 @@ errcode_t nx_snap_attach(struct nx_volume *vol, char *msg, size_t msglen)
 	    fs->super->s_snapshot_inum) {
 		i = nx_snap_index(store, fs->super->s_snapshot_inum);
 		if (i != store->nsnaps - 1) {
-			set_msg(msg, msglen, "the active snapshot is not the "
+			nx_set_msg(msg, msglen, "%s", "the active snapshot is not the "
 				"newest one; run 'nextfs check'");
 			err = EXT2_ET_FILESYSTEM_CORRUPTED;
 			nx_snap_detach(vol);
@@ -300,7 +294,7 @@ errcode_t nx_snap_attach(struct nx_volume *vol, char *msg, size_t msglen)
 		}
 		err = nx_cow_set_active(store, store->snaps[i], 0);
 		if (err) {
-			set_msg(msg, msglen, "cannot read the active snapshot's "
+			nx_set_msg(msg, msglen, "%s", "cannot read the active snapshot's "
 				"block bitmap");
 			nx_snap_detach(vol);
 			return err;

@@ -52,7 +52,7 @@
 #define NX_RO_INCOMPAT	(NX_RW_INCOMPAT | EXT4_FEATURE_INCOMPAT_EA_INODE | \
 			 EXT4_FEATURE_INCOMPAT_MMP)
 
-static void set_msg(char *msg, size_t len, const char *fmt, ...)
+void nx_set_msg(char *msg, size_t len, const char *fmt, ...)
 {
 	va_list ap;
 
@@ -118,21 +118,21 @@ static errcode_t check_features(struct ext2_super_block *sb, int rdonly,
 	uint32_t bad;
 
 	if (sb->s_feature_incompat & EXT3_FEATURE_INCOMPAT_RECOVER) {
-		set_msg(msg, msglen, "the journal needs recovery; run "
+		nx_set_msg(msg, msglen, "the journal needs recovery; run "
 			"'e2fsck -fy' on the volume (it replays the journal) "
 			"and try again");
 		return EXT2_ET_UNSUPP_FEATURE;
 	}
 	if (sb->s_feature_ro_compat & EXT4_FEATURE_RO_COMPAT_ORPHAN_PRESENT &&
 	    !rdonly) {
-		set_msg(msg, msglen, "the volume has orphan inodes pending; "
+		nx_set_msg(msg, msglen, "the volume has orphan inodes pending; "
 			"run 'e2fsck -fy' on it and try again");
 		return EXT2_ET_UNSUPP_FEATURE;
 	}
 	bad = sb->s_feature_incompat & ~incompat_ok;
 	if (bad) {
 		describe_features(names, sizeof(names), 1, bad);
-		set_msg(msg, msglen, "unsupported incompatible feature(s): %s",
+		nx_set_msg(msg, msglen, "unsupported incompatible feature(s): %s",
 			names);
 		return EXT2_ET_UNSUPP_FEATURE;
 	}
@@ -141,19 +141,19 @@ static errcode_t check_features(struct ext2_super_block *sb, int rdonly,
 	bad = sb->s_feature_ro_compat & ~NX_RW_RO_COMPAT;
 	if (bad) {
 		describe_features(names, sizeof(names), 2, bad);
-		set_msg(msg, msglen, "cannot write a volume with feature(s): %s "
+		nx_set_msg(msg, msglen, "cannot write a volume with feature(s): %s "
 			"(mount it with -o ro)", names);
 		return EXT2_ET_RO_UNSUPP_FEATURE;
 	}
 	bad = sb->s_feature_compat & ~NX_RW_COMPAT;
 	if (bad) {
 		describe_features(names, sizeof(names), 0, bad);
-		set_msg(msg, msglen, "cannot write a volume with feature(s): %s "
+		nx_set_msg(msg, msglen, "cannot write a volume with feature(s): %s "
 			"(mount it with -o ro)", names);
 		return EXT2_ET_RO_UNSUPP_FEATURE;
 	}
 	if (sb->s_state & EXT2_ERROR_FS) {
-		set_msg(msg, msglen, "the volume is marked as having errors; "
+		nx_set_msg(msg, msglen, "the volume is marked as having errors; "
 			"run 'e2fsck -f' on it first (or mount with -o ro)");
 		return EXT2_ET_FILESYSTEM_CORRUPTED;
 	}
@@ -166,7 +166,7 @@ static errcode_t lock_volume(struct nx_volume *vol, char *msg, size_t msglen)
 	int fd = open(vol->device, O_RDONLY | O_CLOEXEC);
 
 	if (fd < 0) {
-		set_msg(msg, msglen, "%s: %s", vol->device, strerror(errno));
+		nx_set_msg(msg, msglen, "%s: %s", vol->device, strerror(errno));
 		return errno;
 	}
 	if (flock(fd, (nx_volume_rdonly(vol) ? LOCK_SH : LOCK_EX) | LOCK_NB) < 0) {
@@ -174,11 +174,11 @@ static errcode_t lock_volume(struct nx_volume *vol, char *msg, size_t msglen)
 
 		close(fd);
 		if (e == EWOULDBLOCK) {
-			set_msg(msg, msglen, "%s is already in use by another "
+			nx_set_msg(msg, msglen, "%s is already in use by another "
 				"nextfs process", vol->device);
 			return EBUSY;
 		}
-		set_msg(msg, msglen, "%s: cannot lock: %s", vol->device,
+		nx_set_msg(msg, msglen, "%s: cannot lock: %s", vol->device,
 			strerror(e));
 		return e;
 	}
@@ -195,7 +195,7 @@ static errcode_t check_not_mounted(struct nx_volume *vol, char *msg,
 	if (err)
 		return 0;	/* cannot tell (e.g. no /proc): the lock still guards us */
 	if (mflags & EXT2_MF_MOUNTED) {
-		set_msg(msg, msglen, "%s is mounted by the kernel; unmount it "
+		nx_set_msg(msg, msglen, "%s is mounted by the kernel; unmount it "
 			"first", vol->device);
 		return EBUSY;
 	}
@@ -235,7 +235,7 @@ static errcode_t open_fs(struct nx_volume *vol, char *msg, size_t msglen)
 	err = ext2fs_open2(vol->device, NULL, oflags, 0, 0, nx_blkio_manager,
 			   &vol->fs);
 	if (err) {
-		set_msg(msg, msglen, "%s: cannot open volume: %s", vol->device,
+		nx_set_msg(msg, msglen, "%s: cannot open volume: %s", vol->device,
 			error_message(err));
 		vol->fs = NULL;
 		return err;
@@ -253,7 +253,7 @@ static errcode_t open_fs(struct nx_volume *vol, char *msg, size_t msglen)
 	nx_blkio_set_unit(vol->io, vol->fs->blocksize);
 	err = ext2fs_read_bitmaps(vol->fs);
 	if (err) {
-		set_msg(msg, msglen, "%s: cannot read allocation bitmaps: %s",
+		nx_set_msg(msg, msglen, "%s: cannot read allocation bitmaps: %s",
 			vol->device, error_message(err));
 		return err;
 	}
@@ -266,7 +266,7 @@ errcode_t nx_volume_open(const char *device, int flags,
 	struct nx_volume *vol;
 	errcode_t err;
 
-	set_msg(msg, msglen, "");
+	nx_set_msg(msg, msglen, "%s", "");
 	initialize_ext2_error_table();
 	vol = calloc(1, sizeof(*vol));
 	if (!vol)
@@ -293,13 +293,13 @@ errcode_t nx_volume_open(const char *device, int flags,
 	err = nx_snap_attach(vol, msg, msglen);
 	if (err) {
 		if (msg && !msg[0])
-			set_msg(msg, msglen, "%s: cannot load snapshots: %s",
+			nx_set_msg(msg, msglen, "%s: cannot load snapshots: %s",
 				vol->device, error_message(err));
 		goto fail;
 	}
 	err = mark_in_use(vol);
 	if (err) {
-		set_msg(msg, msglen, "%s: cannot write superblock: %s",
+		nx_set_msg(msg, msglen, "%s: cannot write superblock: %s",
 			vol->device, error_message(err));
 		goto fail;
 	}
