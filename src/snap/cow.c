@@ -55,7 +55,18 @@ static errcode_t record_preserved(struct nx_snapstore *store, blk64_t n,
 	return nx_blkmap_put(&store->pending, n, b);
 }
 
-/* Allocate a block for the snapshot (may use the COW reserve). */
+/*
+ * Allocate a block for the snapshot (may use the COW reserve).
+ *
+ * This runs inside the write hook, i.e. in the middle of whatever
+ * libext2fs call is writing.  That is safe as long as no caller holds a
+ * block it has chosen but not yet marked in use while it writes some
+ * other block: ext2fs_mkdir() and ext2fs_symlink() do exactly that
+ * (they write the new inode before marking its block), so nextfs never
+ * calls them while a snapshot is active (make_snapdir runs only when
+ * none exists); the data path, directory expansion and extent splits
+ * mark blocks before writing anything else.
+ */
 static errcode_t alloc_snapshot_block(struct nx_snapstore *store,
 				      blk64_t goal, blk64_t *ret)
 {
