@@ -126,7 +126,13 @@ static errcode_t dirctx_open(struct nx_volume *vol, ext2_ino_t ino,
 		return d->inode.i_mode ? ENOTDIR : ENOENT;
 	d->is_inline = (d->inode.i_flags & EXT4_INLINE_DATA_FL) != 0;
 	d->is_dx = dx_dir(d->fs, &d->inode);
-	d->nblocks = EXT2_I_SIZE(&d->inode) / d->bs;
+	/*
+	 * Without largedir a directory's size is 32 bits, as the kernel
+	 * reads it: a corrupt i_size_high must not make a listing walk 2^48
+	 * bytes of holes with the volume locked.
+	 */
+	d->nblocks = (ext2fs_has_feature_largedir(d->fs->super) ?
+		      EXT2_I_SIZE(&d->inode) : d->inode.i_size) / d->bs;
 	return 0;
 }
 

@@ -219,6 +219,29 @@ static errcode_t mark_in_use(struct nx_volume *vol)
 	return err;
 }
 
+/*
+ * libext2fs trusts the superblock's geometry and the descriptors' block
+ * locations when it reads the bitmaps (1.47.0 overruns a buffer with a
+ * bad s_first_data_block): check them first, as the kernel does.
+ */
+static errcode_t check_geometry(ext2_filsys fs, char *msg, size_t msglen)
+{
+	unsigned want = fs->blocksize == 1024 ? 1 : 0;
+	errcode_t err;
+
+	if (fs->super->s_first_data_block != want) {
+		nx_set_msg(msg, msglen, "corrupt superblock: first data block "
+			   "%u, expected %u; run e2fsck",
+			   fs->super->s_first_data_block, want);
+		return EXT2_ET_CORRUPT_SUPERBLOCK;
+	}
+	err = ext2fs_check_desc(fs);
+	if (err)
+		nx_set_msg(msg, msglen, "corrupt group descriptors (%s); run "
+			   "e2fsck", error_message(err));
+	return err;
+}
+
 static errcode_t open_fs(struct nx_volume *vol, char *msg, size_t msglen)
 {
 	int oflags = EXT2_FLAG_64BITS | EXT2_FLAG_FORCE | EXT2_FLAG_SKIP_MMP;
@@ -247,6 +270,9 @@ static errcode_t open_fs(struct nx_volume *vol, char *msg, size_t msglen)
 	 */
 	vol->fs->flags |= EXT2_FLAG_MASTER_SB_ONLY;
 	err = check_features(sb, nx_volume_rdonly(vol), msg, msglen);
+	if (err)
+		return err;
+	err = check_geometry(vol->fs, msg, msglen);
 	if (err)
 		return err;
 	vol->io = nx_blkio_from_channel(vol->fs->io);
