@@ -1,0 +1,57 @@
+/*
+ * nxbrowse.h - open an image the way a mount does and look at everything
+ * in it, with hard bounds on work, for the fuzzer and the regression test.
+ *
+ * The walk uses only the read side of the fs layer (lookup, readdir with
+ * cookie resume, getattr, readlink, file read, SEEK_DATA/SEEK_HOLE,
+ * xattrs, inode flags) on the live tree and then on every snapshot view.
+ * Errors from those calls are expected on corrupt images and are only
+ * counted; what must never happen is a crash, a sanitizer report, a hang,
+ * or a result that breaks the fs layer's contract (counted as violations).
+ */
+#ifndef NEXTFS_FUZZ_NXBROWSE_H
+#define NEXTFS_FUZZ_NXBROWSE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <ext2fs/ext2fs.h>
+#include "nextfs/volume.h"
+
+struct nxb_stats {
+	unsigned long dirs;		/* directories listed */
+	unsigned long entries;		/* directory entries seen */
+	unsigned long files;		/* regular files read */
+	unsigned long bytes;		/* file bytes read */
+	unsigned long xattrs;		/* xattr values read */
+	unsigned long errors;		/* fs-layer calls that failed cleanly */
+	unsigned long views;		/* snapshot views opened */
+	unsigned long odd_names;	/* entry names with NUL or '/' inside */
+	unsigned long violations;	/* contract breaches (see nxbrowse.c) */
+	char violation[160];		/* the first one, for the report */
+	errcode_t open_err;		/* nx_volume_open() result */
+	char open_msg[256];		/* its message */
+};
+
+/*
+ * Known-issue mask for fuzzing past a reported bug: directories larger
+ * than this are not listed (0, the default: no limit).
+ */
+extern uint64_t nxb_max_dir_size;
+
+/* Walk one volume or view from its root (caller holds the live lock). */
+void nxb_walk(struct nx_volume *vol, struct nxb_stats *st);
+
+/* Walk the live tree, then every snapshot through its view. */
+void nxb_browse(struct nx_volume *vol, struct nxb_stats *st);
+
+/*
+ * nx_volume_open(PATH, NX_VOL_RDONLY), browse, close.  Returns 0 when the
+ * image was refused cleanly or browsed to the end with only clean errors,
+ * -1 when something the caller should treat as a bug was seen
+ * (a contract violation: an error code that is neither errno nor
+ * libext2fs, a readdir that does not progress, a read returning more
+ * than asked or past EOF, a failing read-only close).
+ */
+int nxb_open_and_browse(const char *path, struct nxb_stats *st);
+
+#endif
