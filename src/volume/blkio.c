@@ -42,8 +42,6 @@ struct held_block {
 
 #define BATCH_MAX_BLOCKS 4096
 
-#define NX_BLKIO_MAGIC EXT2_ET_MAGIC_UNIX_IO_CHANNEL
-
 static struct nx_blkio *chan_io(io_channel channel)
 {
 	return channel->private_data;
