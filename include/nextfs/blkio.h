@@ -67,6 +67,15 @@ void nx_blkio_set_unit(struct nx_blkio *io, uint32_t unit);
 void nx_blkio_begin_batch(struct nx_blkio *io);
 errcode_t nx_blkio_end_batch(struct nx_blkio *io);
 
+/*
+ * Fault injection for tests (faults.h): every device read, write and sync
+ * is first put to the plan.  NULL removes it.  A plan given in the
+ * NEXTFS_FAULTS environment variable is attached when the device opens.
+ */
+struct nx_faults;
+void nx_blkio_set_faults(struct nx_blkio *io, struct nx_faults *faults);
+struct nx_faults *nx_blkio_faults(struct nx_blkio *io);
+
 /* Write held blocks and fsync the device. */
 errcode_t nx_blkio_flush(struct nx_blkio *io);
 

@@ -35,6 +35,7 @@ struct nx_volume {
 	struct nx_blkio *io;		/* our block I/O layer state (not owned) */
 	struct nx_snapstore *snap;	/* snapshot store, or NULL (snapshot.h) */
 	struct nx_volume *parent;	/* a snapshot view's live volume, or NULL */
+	struct nx_meta *meta;		/* changed-group tracking (meta.h), or NULL */
 };
 
 /*

@@ -18,6 +18,7 @@
 #include <unistd.h>
 #include <sys/stat.h>
 #include "nextfs/blkio.h"
+#include "nextfs/faults.h"
 
 struct nx_blkio {
 	int fd;
@@ -33,6 +34,8 @@ struct nx_blkio {
 	size_t nheld, cap;
 	size_t *slots;			/* hash: index + 1, 0 = empty */
 	size_t nslots;			/* power of two, >= 2 * cap */
+	struct nx_faults *faults;	/* fault plan (tests), or NULL */
+	struct nx_faults env_faults;	/* the plan NEXTFS_FAULTS gave */
 };
 
 struct held_block {
@@ -252,6 +255,12 @@ errcode_t nx_blkio_pread(struct nx_blkio *io, void *buf, uint64_t len,
 	char *p = buf;
 
 	io->stats.read_calls++;
+	if (io->faults) {
+		int fate = nx_faults_on_read(io->faults, offset, len);
+
+		if (fate)
+			return fate;
+	}
 	while (len > 0) {
 		ssize_t n = pread(io->fd, p, len, (off_t)offset);
 
@@ -277,6 +286,14 @@ static errcode_t write_device(struct nx_blkio *io, const void *buf,
 	const char *p = buf;
 
 	io->stats.write_calls++;
+	if (io->faults) {
+		int fate = nx_faults_on_write(io->faults, offset, len);
+
+		if (fate == NX_FAULT_SKIP)
+			return 0;
+		if (fate)
+			return fate;
+	}
 	while (len > 0) {
 		ssize_t n = pwrite(io->fd, p, len, (off_t)offset);
 
@@ -346,6 +363,31 @@ errcode_t nx_blkio_pwrite(struct nx_blkio *io, const void *buf, uint64_t len,
 	return err ? err : write_through(io, buf, len, offset);
 }
 
+static errcode_t sync_device(struct nx_blkio *io)
+{
+	if (io->faults) {
+		int fate = nx_faults_on_sync(io->faults);
+
+		if (fate == NX_FAULT_SKIP)
+			return 0;
+		if (fate)
+			return fate;
+	}
+	if (fdatasync(io->fd) < 0)
+		return errno;
+	return 0;
+}
+
+void nx_blkio_set_faults(struct nx_blkio *io, struct nx_faults *faults)
+{
+	io->faults = faults;
+}
+
+struct nx_faults *nx_blkio_faults(struct nx_blkio *io)
+{
+	return io->faults;
+}
+
 errcode_t nx_blkio_flush(struct nx_blkio *io)
 {
 	errcode_t err;
@@ -355,9 +397,7 @@ errcode_t nx_blkio_flush(struct nx_blkio *io)
 	err = flush_held(io);
 	if (err)
 		return err;
-	if (fsync(io->fd) < 0)
-		return errno;
-	return 0;
+	return sync_device(io);
 }
 
 /* libext2fs passes a negative count to mean a byte count. */
@@ -396,6 +436,13 @@ static errcode_t blkio_open(const char *name, int flags, io_channel *ret)
 		goto fail;
 	}
 	io->rdonly = !(flags & IO_FLAG_RW);
+	if (getenv("NEXTFS_FAULTS")) {
+		err = nx_faults_parse(getenv("NEXTFS_FAULTS"), &io->env_faults,
+				      NULL, 0);
+		if (err)
+			goto fail;
+		io->faults = &io->env_faults;
+	}
 	chan->magic = EXT2_ET_MAGIC_IO_CHANNEL;
 	chan->manager = nx_blkio_manager;
 	chan->block_size = 1024;
