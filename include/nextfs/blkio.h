@@ -53,6 +53,13 @@ errcode_t nx_blkio_pread(struct nx_blkio *io, void *buf, uint64_t len,
 errcode_t nx_blkio_pwrite(struct nx_blkio *io, const void *buf, uint64_t len,
 			  uint64_t offset);
 
+/*
+ * File data: like nx_blkio_pwrite, but inside a transaction it goes to the
+ * device at once instead of being held (see nx_blkio_txn_begin).
+ */
+errcode_t nx_blkio_pwrite_data(struct nx_blkio *io, const void *buf,
+			       uint64_t len, uint64_t offset);
+
 /* Write bypassing the hook: only for the snapshot layer's own copies. */
 errcode_t nx_blkio_pwrite_raw(struct nx_blkio *io, const void *buf,
 			      uint64_t len, uint64_t offset);
@@ -76,7 +83,34 @@ struct nx_faults;
 void nx_blkio_set_faults(struct nx_blkio *io, struct nx_faults *faults);
 struct nx_faults *nx_blkio_faults(struct nx_blkio *io);
 
-/* Write held blocks and fsync the device. */
+/*
+ * Write held blocks and fsync the device.  Inside a transaction held
+ * blocks stay held: only the commit (txn.c) writes them.
+ */
 errcode_t nx_blkio_flush(struct nx_blkio *io);
+
+/* fdatasync the device (through the fault plan). */
+errcode_t nx_blkio_sync(struct nx_blkio *io);
+
+/*
+ * Transactions (txn.c).  Between nx_blkio_txn_begin and _end every
+ * metadata write (nx_blkio_pwrite, all io_channel writes) is held in
+ * memory after the write hook has run for it, whatever its size; reads
+ * see held blocks.  Nothing held reaches the device until the owner
+ * lists the blocks (sorted by offset; pointers valid until written or
+ * dropped), logs them and writes them with nx_blkio_write_held (raw, no
+ * hook; PICK selects a subset, NULL = all and forget the table).
+ * Closing the channel drops what is still held, as a crash would.
+ */
+struct nx_jblock;
+void nx_blkio_txn_begin(struct nx_blkio *io);
+void nx_blkio_txn_end(struct nx_blkio *io);
+size_t nx_blkio_held_count(const struct nx_blkio *io);
+errcode_t nx_blkio_held_list(struct nx_blkio *io, struct nx_jblock **v,
+			     size_t *n);
+errcode_t nx_blkio_write_held(struct nx_blkio *io,
+			      int (*pick)(void *priv, uint64_t off),
+			      void *priv);
+void nx_blkio_drop_held(struct nx_blkio *io);
 
 #endif

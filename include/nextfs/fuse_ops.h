@@ -85,7 +85,17 @@ struct nx_fuse {
 	int hides_snapdir;		/* "/" holds a real /.snapshots */
 	struct nx_fuse **views;		/* live: one per snapshot id browsed */
 	size_t nviews;
+	struct nx_committer *committer;	/* live rw: the commit timer */
 };
+
+/*
+ * The commit timer (fuse_main.c): once a second it takes the volume lock
+ * and lets nx_volume_unlock() commit the running transaction if it is due
+ * (txn.h), so that changes become durable within a few seconds even when
+ * no further request arrives.  Stopped before the volume is closed.
+ */
+int nx_fuse_committer_start(struct nx_fuse *fs);
+void nx_fuse_committer_stop(struct nx_fuse *fs);
 
 /* The operations proper (fuse_ops.c); they serve the live tree and views. */
 extern const struct fuse_lowlevel_ops nx_fuse_ops;

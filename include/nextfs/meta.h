@@ -37,6 +37,13 @@ void nx_meta_dirty_inode(struct nx_volume *vol, ext2_ino_t ino);
 void nx_meta_dirty_all(struct nx_volume *vol);
 
 /*
+ * Blocks set in MAP are written as free although the in-memory bitmap
+ * has them in use (txn.c holds freed blocks back from reuse until the
+ * commit that frees them on disk is durable).  NULL: none.
+ */
+void nx_meta_write_as_free(struct nx_volume *vol, ext2fs_block_bitmap map);
+
+/*
  * Write the changed bitmaps and descriptor blocks and the superblock;
  * afterwards libext2fs considers nothing dirty (ext2fs_close writes
  * nothing more).  No fsync.  Replaces ext2fs_flush2() for live volumes.

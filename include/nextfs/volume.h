@@ -36,6 +36,7 @@ struct nx_volume {
 	struct nx_snapstore *snap;	/* snapshot store, or NULL (snapshot.h) */
 	struct nx_volume *parent;	/* a snapshot view's live volume, or NULL */
 	struct nx_meta *meta;		/* changed-group tracking (meta.h), or NULL */
+	struct nx_txn *txn;		/* transaction state (txn.h), or NULL */
 };
 
 /*
@@ -73,10 +74,8 @@ static inline void nx_volume_lock(struct nx_volume *vol)
 	pthread_mutex_lock(&(vol->parent ? vol->parent : vol)->lock);
 }
 
-static inline void nx_volume_unlock(struct nx_volume *vol)
-{
-	pthread_mutex_unlock(&(vol->parent ? vol->parent : vol)->lock);
-}
+/* ... and the end of an operation commits when it is time (txn.h). */
+void nx_volume_unlock(struct nx_volume *vol);
 
 /* printf into MSG (if non-NULL): the one-line reasons the tools print. */
 void nx_set_msg(char *msg, size_t len, const char *fmt, ...)

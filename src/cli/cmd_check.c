@@ -21,6 +21,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <spawn.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -237,10 +238,11 @@ static const char *e2fsck_path(void)
 	return "e2fsck";
 }
 
-/* e2fsck -fn PATH with its output collected; exit status or -1. */
-static int run_e2fsck(const char *path, char **out)
+/* e2fsck MODE PATH (-fn or -fy) with its output collected; status or -1. */
+static int run_e2fsck_mode(const char *mode, const char *path, char **out)
 {
-	char *argv[] = { (char *)e2fsck_path(), "-fn", (char *)path, NULL };
+	char *argv[] = { (char *)e2fsck_path(), (char *)mode, (char *)path,
+			 NULL };
 	posix_spawn_file_actions_t fa;
 	size_t len = 0, cap = 0;
 	int pfd[2], status, rc;
@@ -287,6 +289,11 @@ static int run_e2fsck(const char *path, char **out)
 		if (errno != EINTR)
 			return -1;
 	return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+static int run_e2fsck(const char *path, char **out)
+{
+	return run_e2fsck_mode("-fn", path, out);
 }
 
 static void print_tail(const char *text, int lines)
@@ -361,6 +368,72 @@ static int fsck_live(const char *image, int verbose, unsigned *errors)
 	return 0;
 }
 
+/*
+ * Set or clear HAS_SNAPSHOT in IMAGE's primary superblock (checksum
+ * kept).  *WAS: whether it was set.  0 or -1 (errno).
+ */
+static int set_has_snapshot(const char *image, int on, int *was)
+{
+	struct ext2_super_block sb;
+	int fd = open(image, O_RDWR | O_CLOEXEC), rc = -1;
+
+	if (fd < 0)
+		return -1;
+	if (pread(fd, &sb, sizeof(sb), SUPERBLOCK_OFFSET) != sizeof(sb) ||
+	    sb.s_magic != EXT2_SUPER_MAGIC) {
+		errno = EIO;
+		goto out;
+	}
+	if (was)
+		*was = ext2fs_has_feature_has_snapshot(&sb);
+	if (on)
+		ext2fs_set_feature_has_snapshot(&sb);
+	else
+		ext2fs_clear_feature_has_snapshot(&sb);
+	if (ext2fs_has_feature_metadata_csum(&sb))
+		sb.s_checksum = ext2fs_crc32c_le(~0U, (unsigned char *)&sb,
+				offsetof(struct ext2_super_block, s_checksum));
+	if (pwrite(fd, &sb, sizeof(sb), SUPERBLOCK_OFFSET) == sizeof(sb) &&
+	    fsync(fd) == 0)
+		rc = 0;
+out:
+	close(fd);
+	return rc;
+}
+
+/*
+ * --repair, when e2fsck found the live tree damaged (a crash on a volume
+ * without a journal, or real corruption): run e2fsck -fy on the volume
+ * itself with HAS_SNAPSHOT masked, then put the flag back.  Snapshot
+ * files are ordinary files to e2fsck; where it must choose (a block
+ * claimed twice) it clones, so snapshot contents survive.  Returns
+ * e2fsck's status or -1.
+ */
+static int repair_live(const char *image, int verbose)
+{
+	char *out = NULL;
+	int was = 0, rc;
+
+	if (set_has_snapshot(image, 0, &was) < 0) {
+		nx_cli_error("%s: cannot mask has_snapshot: %s", image,
+			     strerror(errno));
+		return -1;
+	}
+	printf("running %s -fy on %s (has_snapshot masked)\n", e2fsck_path(),
+	       image);
+	rc = run_e2fsck_mode("-fy", image, &out);
+	if (out && (verbose || rc < 0 || rc >= 4))
+		print_tail(out, verbose ? 1000 : 20);
+	free(out);
+	if (was && set_has_snapshot(image, 1, NULL) < 0) {
+		nx_cli_error("%s: cannot restore has_snapshot: %s; set it "
+			     "with 'nextfs check --repair' again", image,
+			     strerror(errno));
+		return -1;
+	}
+	return rc;
+}
+
 static int fsck_views(const char *image, int verbose, unsigned *errors)
 {
 	struct nx_snapinfo *snaps = NULL;
@@ -421,7 +494,7 @@ static void check_usage(FILE *out)
 int nx_cmd_check(int argc, char **argv)
 {
 	struct report_ctx rc = { 0 };
-	struct nx_check_result res;
+	struct nx_check_result res, again;
 	struct nx_progress prog;
 	const char *image = NULL;
 	int repair = 0, fsck = 1, views = 0, i;
@@ -467,8 +540,34 @@ int nx_cmd_check(int argc, char **argv)
 		return CHECK_OPERROR;
 	}
 	fflush(stdout);
-	if (fsck && fsck_live(image, rc.verbose, &res.errors) < 0)
-		return CHECK_OPERROR;
+	if (fsck) {
+		unsigned live_errors = 0;
+
+		if (fsck_live(image, rc.verbose, &live_errors) < 0)
+			return CHECK_OPERROR;
+		if (live_errors && repair) {
+			int frc = repair_live(image, rc.verbose);
+
+			if (frc < 0)
+				return CHECK_OPERROR;
+			if (frc == 1 || frc == 2)
+				res.fixed++;
+			/* Count again what is left after e2fsck's repairs. */
+			res.errors = 0;
+			err = nx_check(image, 0, print_finding, &rc, &prog,
+				       &again, msg, sizeof(msg));
+			if (err) {
+				nx_cli_error("%s", msg[0] ? msg :
+					     error_message(err));
+				return CHECK_OPERROR;
+			}
+			res.errors = again.errors;
+			live_errors = 0;
+			if (fsck_live(image, rc.verbose, &live_errors) < 0)
+				return CHECK_OPERROR;
+		}
+		res.errors += live_errors;
+	}
 	if (fsck && views && res.views_checked &&
 	    fsck_views(image, rc.verbose, &res.errors) < 0)
 		return CHECK_OPERROR;

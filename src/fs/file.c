@@ -5,7 +5,7 @@
  * Reads and writes never go block by block.  The block map is asked for
  * runs (a whole extent, or a stretch of one indirect block), and each run
  * becomes one nx_volume_pread (which also serves snapshot views) or
- * nx_blkio_pwrite straight between the caller's buffer and the device;
+ * nx_blkio_pwrite_data straight between the caller's buffer and the device;
  * only the partial first and last block of a write that lands on new or
  * unwritten blocks goes through a one-block bounce buffer to zero-fill
  * it.  Reads merge physically adjacent runs further.
@@ -622,7 +622,7 @@ errcode_t nx_file_inline_expand(struct nx_volume *vol, ext2_ino_t ino,
 				1, 0, &pblk, &got);
 		if (err)
 			goto out;
-		err = nx_blkio_pwrite(vol->io, blk, fs->blocksize,
+		err = nx_blkio_pwrite_data(vol->io, blk, fs->blocksize,
 				      pblk * fs->blocksize);
 		if (err)
 			goto out;
@@ -856,7 +856,7 @@ static errcode_t write_edge_block(struct wctx *w, blk64_t pblk,
 		memset(w->bounce, 0, bs);
 	}
 	memcpy(w->bounce + from, src, len);
-	return nx_blkio_pwrite(w->vol->io, w->bounce, bs, pblk * bs);
+	return nx_blkio_pwrite_data(w->vol->io, w->bounce, bs, pblk * bs);
 }
 
 /*
@@ -874,7 +874,7 @@ static errcode_t write_run(struct wctx *w, blk64_t lblk, blk64_t n,
 	errcode_t err;
 
 	if (fill == FILL_NONE || (from == rs && to == re))
-		return nx_blkio_pwrite(w->vol->io, w->buf + (from - w->off),
+		return nx_blkio_pwrite_data(w->vol->io, w->buf + (from - w->off),
 				       to - from, pblk * bs + (from - rs));
 	if (from > rs || to < rs + bs) {
 		/* The first block is only partly written. */
@@ -891,7 +891,7 @@ static errcode_t write_run(struct wctx *w, blk64_t lblk, blk64_t n,
 	}
 	mid_end = to < re ? re - bs : to;
 	if (mid_end > from) {
-		err = nx_blkio_pwrite(w->vol->io, w->buf + (from - w->off),
+		err = nx_blkio_pwrite_data(w->vol->io, w->buf + (from - w->off),
 				      mid_end - from,
 				      pblk * bs + (from - rs));
 		if (err)

@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include "nextfs/inode.h"
+#include "nextfs/meta.h"
 #include "nextfs/xattr.h"
 
 errcode_t nx_inode_read(struct nx_volume *vol, ext2_ino_t ino,
@@ -407,6 +408,7 @@ errcode_t nx_inode_new(struct nx_volume *vol, const struct nx_cred *cred,
 	if (err)
 		return err;
 	ext2fs_inode_alloc_stats2(fs, newino, +1, S_ISDIR(mode));
+	nx_meta_dirty_inode(vol, newino);
 	*ino = newino;
 	return 0;
 }
@@ -511,5 +513,6 @@ errcode_t nx_inode_release(struct nx_volume *vol, ext2_ino_t ino)
 	if (err)
 		return err;
 	ext2fs_inode_alloc_stats2(fs, ino, -1, LINUX_S_ISDIR(inode.i_mode));
+	nx_meta_dirty_inode(vol, ino);
 	return 0;
 }

@@ -10,7 +10,10 @@
 #include "nextfs/fuse_ops.h"
 
 #include <errno.h>
+#include <pthread.h>
+#include <time.h>
 #include <stdarg.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 #include <syslog.h>
@@ -77,6 +80,73 @@ static int run_loop(struct fuse_session *se, int singlethread)
 	ret = fuse_session_loop_mt(se, config);
 	fuse_loop_cfg_destroy(config);
 	return ret;
+}
+
+struct nx_committer {
+	pthread_t thread;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int stop;
+	struct nx_volume *vol;
+};
+
+static void *committer_main(void *arg)
+{
+	struct nx_committer *c = arg;
+	struct timespec at;
+
+	pthread_mutex_lock(&c->mu);
+	while (!c->stop) {
+		clock_gettime(CLOCK_REALTIME, &at);
+		at.tv_sec += 1;
+		pthread_cond_timedwait(&c->cv, &c->mu, &at);
+		if (c->stop)
+			break;
+		/* Unlocking commits when the transaction is due. */
+		nx_volume_lock(c->vol);
+		nx_volume_unlock(c->vol);
+	}
+	pthread_mutex_unlock(&c->mu);
+	return NULL;
+}
+
+int nx_fuse_committer_start(struct nx_fuse *fs)
+{
+	struct nx_committer *c;
+
+	if (!fs->vol || nx_volume_rdonly(fs->vol))
+		return 0;
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	c->vol = fs->vol;
+	pthread_mutex_init(&c->mu, NULL);
+	pthread_cond_init(&c->cv, NULL);
+	if (pthread_create(&c->thread, NULL, committer_main, c) != 0) {
+		pthread_cond_destroy(&c->cv);
+		pthread_mutex_destroy(&c->mu);
+		free(c);
+		return -EAGAIN;
+	}
+	fs->committer = c;
+	return 0;
+}
+
+void nx_fuse_committer_stop(struct nx_fuse *fs)
+{
+	struct nx_committer *c = fs->committer;
+
+	if (!c)
+		return;
+	pthread_mutex_lock(&c->mu);
+	c->stop = 1;
+	pthread_cond_signal(&c->cv);
+	pthread_mutex_unlock(&c->mu);
+	pthread_join(c->thread, NULL);
+	pthread_cond_destroy(&c->cv);
+	pthread_mutex_destroy(&c->mu);
+	free(c);
+	fs->committer = NULL;
 }
 
 /*
@@ -157,7 +227,12 @@ int nx_fuse_main(const struct nx_fuse_config *cfg)
 	}
 	if (!cfg->foreground)
 		go_background();
+	/* After daemonizing: a fork keeps only the calling thread. */
+	if (nx_fuse_committer_start(&fs) != 0)
+		nx_err("cannot start the commit timer; changes become durable "
+		       "at fsync and unmount only");
 	ret = run_loop(se, cfg->singlethread);
+	nx_fuse_committer_stop(&fs);
 	/*
 	 * An aborted connection (fusectl abort, umount -f) ends the session
 	 * like an unmount: the kernel sends nothing more, and we still

@@ -385,6 +385,7 @@ static void s_destroy(void *userdata)
 {
 	struct nx_fuse *live = userdata;
 
+	nx_fuse_committer_stop(live);
 	if (live->vol) {
 		nx_volume_lock(live->vol);
 		free_views(live);

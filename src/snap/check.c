@@ -27,6 +27,7 @@
 #include <sys/file.h>
 #include <et/com_err.h>
 #include "nextfs/blkio.h"
+#include "nextfs/txn.h"
 #include "nextfs/snaptool.h"
 #include "snap_internal.h"
 
@@ -120,6 +121,10 @@ errcode_t nx_raw_open(const char *device, int rw, struct nx_rawvol **ret,
 		goto fail;
 	if (rw)
 		oflags |= EXT2_FLAG_RW;
+	/* A crash's journal first: the tools must see the committed state. */
+	err = nx_txn_replay_device(device, rw, msg, msglen);
+	if (err)
+		goto fail;
 	err = ext2fs_open2(device, NULL, oflags, 0, 0, nx_blkio_manager,
 			   &raw->fs);
 	if (err) {

@@ -621,6 +621,7 @@ static void clear_snapshot_fields(ext2_filsys fs)
 	sb->s_flags &= ~EXT2_FLAGS_IS_SNAPSHOT;
 	/* A consistent image of its own: clean, like after an unmount. */
 	sb->s_state |= EXT2_VALID_FS;
+	ext2fs_clear_feature_journal_needs_recovery(sb);
 	ext2fs_mark_super_dirty(fs);
 }
 

@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 #include "nextfs/blkio.h"
 #include "nextfs/inode.h"
+#include "nextfs/meta.h"
 #include "snap_internal.h"
 
 #define MAX_SNAPSHOTS 1024
@@ -464,8 +465,9 @@ errcode_t nx_snap_flush(struct nx_volume *vol)
 	errcode_t err;
 	int round;
 
+	/* Only the groups that changed (ext2fs_flush2() without meta). */
 	if (!store)
-		return ext2fs_flush2(fs, 0);
+		return nx_meta_write(vol);
 	/*
 	 * Writing bitmaps and descriptors may preserve blocks, which
 	 * allocates, which dirties bitmaps and descriptors already written:
@@ -477,11 +479,12 @@ errcode_t nx_snap_flush(struct nx_volume *vol)
 		if (err)
 			return err;
 		before = store->preserved;
-		err = ext2fs_flush2(fs, 0);
+		err = nx_meta_write(vol);
 		if (err)
 			return err;
 		if (store->preserved == before && !store->pending.count)
 			return 0;
+		/* For ext2fs_flush2(); nx_meta_write() tracks groups itself. */
 		ext2fs_mark_bb_dirty(fs);
 		ext2fs_mark_super_dirty(fs);
 	}
@@ -552,6 +555,8 @@ static errcode_t make_snapdir(struct nx_snapstore *store)
 	err = find_snapdir(store);
 	if (err)
 		return err;
+	/* ext2fs_mkdir() allocated the inode behind our back. */
+	nx_meta_dirty_inode(vol, store->dir);
 	err = nx_inode_read(vol, store->dir, &inode);
 	if (err)
 		return err;
@@ -709,12 +714,10 @@ errcode_t nx_snap_take(struct nx_volume *vol, const char *name,
 	 * change.  Flush it all, then freeze: from now on the new snapshot
 	 * preserves every block in use at this instant.
 	 */
-	err = nx_snap_flush(vol);
+	err = nx_volume_sync(vol);	/* one commit: durable, device = memory */
 	if (err)
 		goto fail;
 	err = nx_cow_set_active(store, s, 1);
-	if (!err)
-		err = nx_blkio_flush(vol->io);
 	if (err)
 		return err;
 	if (info)
@@ -957,11 +960,36 @@ errcode_t nx_snap_delete(struct nx_volume *vol, const char *name)
 	}
 	ext2fs_mark_super_dirty(fs);
 	if (!err)
-		err = nx_snap_flush(vol);
-	if (!err)
-		err = nx_blkio_flush(vol->io);
+		err = nx_volume_sync(vol);
 out:
 	free(h.n);
 	free(h.b);
 	return err;
+}
+
+/* The inode-table block that holds inode INO. */
+static blk64_t inode_block(ext2_filsys fs, ext2_ino_t ino)
+{
+	dgrp_t group = (ino - 1) / fs->super->s_inodes_per_group;
+	uint64_t byte = (uint64_t)((ino - 1) % fs->super->s_inodes_per_group) *
+			EXT2_INODE_SIZE(fs->super);
+
+	return ext2fs_inode_table_loc(fs, group) + byte / fs->blocksize;
+}
+
+int nx_snap_block_rank(struct nx_volume *vol, blk64_t blk)
+{
+	struct nx_snapstore *store = vol->snap;
+	ext2_filsys fs = vol->fs;
+	int i;
+
+	if (!store || blk < fs->super->s_first_data_block ||
+	    blk >= ext2fs_blocks_count(fs->super))
+		return 0;
+	if (ext2fs_test_block_bitmap2(store->exclude, blk))
+		return NX_SNAP_RANK_MAP;
+	for (i = 0; i < store->nsnaps; i++)
+		if (inode_block(fs, store->snaps[i]->ino) == blk)
+			return NX_SNAP_RANK_INODE;
+	return 0;
 }

@@ -82,6 +82,12 @@ static void patch_superblock(struct view_ctx *v, char *buf, uint64_t off,
 	if (sb.s_magic != EXT2_SUPER_MAGIC)
 		return;
 	sb.s_flags |= EXT2_FLAGS_IS_SNAPSHOT;
+	/*
+	 * Taken while mounted, the superblock says "replay the journal";
+	 * a snapshot is a consistent image whose log is empty (its journal
+	 * blocks read through to the live, checkpointed log).
+	 */
+	ext2fs_clear_feature_journal_needs_recovery(&sb);
 	if (ext2fs_has_feature_metadata_csum(&sb))
 		ext2fs_superblock_csum_set(fs, &sb);
 	memcpy(buf + (SUPERBLOCK_OFFSET - off), &sb, sizeof(sb));

@@ -19,6 +19,7 @@
 #include <sys/stat.h>
 #include "nextfs/blkio.h"
 #include "nextfs/faults.h"
+#include "nextfs/journal.h"
 
 struct nx_blkio {
 	int fd;
@@ -26,12 +27,15 @@ struct nx_blkio {
 	nx_blkio_write_hook hook;
 	void *hook_priv;
 	int in_hook;			/* hook is running: its writes are raw */
+	uint64_t hook_copies;		/* raw writes the hook issued */
+	int txn;			/* hold every metadata write (txn.c) */
 	struct nx_blkio_stats stats;
 	/* write batching (see top of file) */
 	uint32_t unit;			/* block size batches hold; 0 = off */
 	int batch_depth;
 	struct held_block *held;	/* in write order */
-	size_t nheld, cap;
+	size_t nheld, cap;		/* slots used (some dropped), allocated */
+	size_t nlive;			/* held blocks with data */
 	size_t *slots;			/* hash: index + 1, 0 = empty */
 	size_t nslots;			/* power of two, >= 2 * cap */
 	struct nx_faults *faults;	/* fault plan (tests), or NULL */
@@ -88,11 +92,46 @@ static long find_held(const struct nx_blkio *io, uint64_t off)
 	return -1;
 }
 
+static void insert_slot(struct nx_blkio *io, size_t idx)
+{
+	size_t i;
+
+	for (i = slot_of(io, io->held[idx].off); io->slots[i];
+	     i = (i + 1) & (io->nslots - 1))
+		;
+	io->slots[i] = idx + 1;
+}
+
+/* Make room for one more held block (transactions grow without bound). */
+static errcode_t grow_held(struct nx_blkio *io)
+{
+	size_t cap = io->cap ? 2 * io->cap : BATCH_MAX_BLOCKS, i;
+	struct held_block *nh;
+	size_t *ns;
+
+	if (io->nheld < io->cap)
+		return 0;
+	nh = realloc(io->held, cap * sizeof(*nh));
+	if (!nh)
+		return EXT2_ET_NO_MEMORY;
+	io->held = nh;
+	ns = calloc(4 * cap, sizeof(*ns));
+	if (!ns)
+		return EXT2_ET_NO_MEMORY;
+	free(io->slots);
+	io->slots = ns;
+	io->nslots = 4 * cap;
+	io->cap = cap;
+	for (i = 0; i < io->nheld; i++)
+		insert_slot(io, i);
+	return 0;
+}
+
 static errcode_t hold_block(struct nx_blkio *io, const void *buf, uint64_t off)
 {
 	long idx = find_held(io, off);
 	struct held_block *h;
-	size_t i;
+	errcode_t err;
 
 	if (idx >= 0 && io->held[idx].data) {
 		memcpy(io->held[idx].data, buf, io->unit);
@@ -101,24 +140,18 @@ static errcode_t hold_block(struct nx_blkio *io, const void *buf, uint64_t off)
 	if (idx >= 0) {
 		h = &io->held[idx];
 	} else {
-		if (!io->held) {
-			io->cap = BATCH_MAX_BLOCKS;
-			io->nslots = 4 * BATCH_MAX_BLOCKS;
-			io->held = calloc(io->cap, sizeof(*io->held));
-			io->slots = calloc(io->nslots, sizeof(*io->slots));
-			if (!io->held || !io->slots)
-				return EXT2_ET_NO_MEMORY;
-		}
+		err = grow_held(io);
+		if (err)
+			return err;
 		h = &io->held[io->nheld++];
 		h->off = off;
-		for (i = slot_of(io, off); io->slots[i];
-		     i = (i + 1) & (io->nslots - 1))
-			;
-		io->slots[i] = io->nheld;
+		h->data = NULL;
+		insert_slot(io, io->nheld - 1);
 	}
 	h->data = malloc(io->unit);
 	if (!h->data)
 		return EXT2_ET_NO_MEMORY;
+	io->nlive++;
 	memcpy(h->data, buf, io->unit);
 	return 0;
 }
@@ -165,28 +198,64 @@ static errcode_t write_through(struct nx_blkio *io, const void *buf,
 
 /*
  * A write of [offset, offset+len) that is not held: held blocks it fully
- * covers are dropped (their content is superseded), partly covered ones
- * are written first so that the order of writes is kept.
+ * covers are dropped (their content is superseded).  Partly covered ones
+ * are written first so that the order of writes is kept - or, inside a
+ * transaction, where held blocks may not reach the device before the
+ * commit, take the new bytes into the held copy.
  */
-static errcode_t settle_overlaps(struct nx_blkio *io, uint64_t len,
-				 uint64_t offset)
+static errcode_t settle_one(struct nx_blkio *io, struct held_block *h,
+			    const char *buf, uint64_t len, uint64_t offset)
 {
 	uint64_t end = offset + len;
 	errcode_t err;
+
+	if (!h->data || h->off + io->unit <= offset || h->off >= end)
+		return 0;
+	if (h->off < offset || h->off + io->unit > end) {
+		uint64_t from = h->off > offset ? h->off : offset;
+		uint64_t to = h->off + io->unit < end ? h->off + io->unit : end;
+
+		if (io->txn) {
+			memcpy(h->data + (from - h->off), buf + (from - offset),
+			       to - from);
+			return 0;
+		}
+		err = write_through(io, h->data, io->unit, h->off);
+		if (err)
+			return err;
+	}
+	free(h->data);
+	h->data = NULL;
+	io->nlive--;
+	return 0;
+}
+
+static errcode_t settle_overlaps(struct nx_blkio *io, const void *buf,
+				 uint64_t len, uint64_t offset)
+{
+	errcode_t err;
+	uint64_t pos;
 	size_t i;
 
-	for (i = 0; i < io->nheld; i++) {
-		struct held_block *h = &io->held[i];
+	if (!io->nheld)
+		return 0;
+	if (len / io->unit + 2 < io->nheld) {
+		for (pos = offset - offset % io->unit; pos < offset + len;
+		     pos += io->unit) {
+			long idx = find_held(io, pos);
 
-		if (!h->data || h->off + io->unit <= offset || h->off >= end)
-			continue;
-		if (h->off < offset || h->off + io->unit > end) {
-			err = write_through(io, h->data, io->unit, h->off);
+			if (idx < 0)
+				continue;
+			err = settle_one(io, &io->held[idx], buf, len, offset);
 			if (err)
 				return err;
 		}
-		free(h->data);
-		h->data = NULL;
+		return 0;
+	}
+	for (i = 0; i < io->nheld; i++) {
+		err = settle_one(io, &io->held[i], buf, len, offset);
+		if (err)
+			return err;
 	}
 	return 0;
 }
@@ -226,6 +295,7 @@ static errcode_t flush_held(struct nx_blkio *io)
 		h->data = NULL;
 	}
 	io->nheld = 0;
+	io->nlive = 0;
 	if (io->slots)
 		memset(io->slots, 0, io->nslots * sizeof(*io->slots));
 	return err;
@@ -245,7 +315,8 @@ errcode_t nx_blkio_end_batch(struct nx_blkio *io)
 {
 	if (io->batch_depth > 0 && --io->batch_depth > 0)
 		return 0;
-	return flush_held(io);
+	/* Inside a transaction everything stays held until the commit. */
+	return io->txn ? 0 : flush_held(io);
 }
 
 errcode_t nx_blkio_pread(struct nx_blkio *io, void *buf, uint64_t len,
@@ -319,28 +390,131 @@ errcode_t nx_blkio_pwrite_raw(struct nx_blkio *io, const void *buf,
 
 	if (io->rdonly)
 		return EROFS;
-	err = settle_overlaps(io, len, offset);
+	if (io->in_hook)
+		io->hook_copies++;
+	err = settle_overlaps(io, buf, len, offset);
 	return err ? err : write_device(io, buf, len, offset);
 }
+
+static errcode_t call_hook(struct nx_blkio *io, const void *buf, uint64_t len,
+			   uint64_t offset);
 
 static errcode_t write_through(struct nx_blkio *io, const void *buf,
 			       uint64_t len, uint64_t offset)
 {
+	errcode_t err = call_hook(io, buf, len, offset);
+
+	return err ? err : write_device(io, buf, len, offset);
+}
+
+/*
+ * The hook may itself write (copies of old blocks); those writes target
+ * blocks it has decided about and must not recurse into it.
+ */
+static errcode_t call_hook(struct nx_blkio *io, const void *buf, uint64_t len,
+			   uint64_t offset)
+{
 	errcode_t err;
 
-	/*
-	 * The hook may itself write (copies of old blocks, snapshot map
-	 * updates); those writes target blocks it has decided about and must
-	 * not recurse into it.
-	 */
-	if (io->hook && !io->in_hook) {
-		io->in_hook = 1;
-		err = io->hook(io->hook_priv, offset, len, buf);
-		io->in_hook = 0;
-		if (err)
-			return err;
+	if (!io->hook || io->in_hook)
+		return 0;
+	io->in_hook = 1;
+	err = io->hook(io->hook_priv, offset, len, buf);
+	io->in_hook = 0;
+	return err;
+}
+
+/*
+ * Hold one whole block of a transaction.  A block that is not held yet
+ * and whose new content is what the device has needs no write at all:
+ * libext2fs often rewrites blocks it did not change.
+ */
+static errcode_t hold_txn_block(struct nx_blkio *io, const void *buf,
+				uint64_t off)
+{
+	long idx = find_held(io, off);
+	char *cur;
+	int same = 0;
+
+	if (idx < 0 || !io->held[idx].data) {
+		cur = malloc(io->unit);
+		if (!cur)
+			return EXT2_ET_NO_MEMORY;
+		if (pread(io->fd, cur, io->unit, (off_t)off) ==
+		    (ssize_t)io->unit)
+			same = !memcmp(cur, buf, io->unit);
+		free(cur);
+		if (same)
+			return 0;
 	}
-	return write_device(io, buf, len, offset);
+	return hold_block(io, buf, off);
+}
+
+/*
+ * Transaction write: the hook runs now, while the device still has the
+ * committed content it must preserve; the bytes are held, block by
+ * block (partial blocks merged with what is held or on the device).
+ */
+static errcode_t hold_txn_range(struct nx_blkio *io, const void *buf,
+				uint64_t len, uint64_t offset)
+{
+	uint64_t pos = offset - offset % io->unit, end = offset + len;
+	char *tmp = NULL;
+	errcode_t err = call_hook(io, buf, len, offset);
+
+	for (; !err && pos < end; pos += io->unit) {
+		uint64_t from = pos > offset ? pos : offset;
+		uint64_t to = pos + io->unit < end ? pos + io->unit : end;
+
+		if (from == pos && to == pos + io->unit) {
+			err = hold_txn_block(io, (const char *)buf +
+					     (pos - offset), pos);
+			continue;
+		}
+		if (!tmp && !(tmp = malloc(io->unit)))
+			return EXT2_ET_NO_MEMORY;
+		err = nx_blkio_pread(io, tmp, io->unit, pos);
+		if (err)
+			break;
+		memcpy(tmp + (from - pos), (const char *)buf + (from - offset),
+		       to - from);
+		err = hold_txn_block(io, tmp, pos);
+	}
+	free(tmp);
+	return err;
+}
+
+errcode_t nx_blkio_pwrite_data(struct nx_blkio *io, const void *buf,
+			       uint64_t len, uint64_t offset)
+{
+	uint64_t copies;
+	errcode_t err;
+
+	if (io->rdonly)
+		return EROFS;
+	if (!io->txn || io->in_hook)
+		return nx_blkio_pwrite(io, buf, len, offset);
+	/*
+	 * File data goes straight to the device (ordered mode: it is durable
+	 * before the commit that makes it reachable) - unless the hook had
+	 * to copy the old content into a snapshot: then the snapshot's
+	 * mapping is not durable before the commit, so the new bytes wait
+	 * in the transaction like metadata.
+	 */
+	copies = io->hook_copies;
+	err = call_hook(io, buf, len, offset);
+	if (err)
+		return err;
+	if (io->hook_copies != copies) {
+		nx_blkio_write_hook hook = io->hook;
+
+		io->hook = NULL;	/* already called for this range */
+		err = hold_txn_range(io, buf, len, offset);
+		io->hook = hook;
+		return err;
+	}
+	err = settle_overlaps(io, buf, len, offset);
+	return err ? err : write_device(io, buf, len, offset);
 }
 
 errcode_t nx_blkio_pwrite(struct nx_blkio *io, const void *buf, uint64_t len,
@@ -350,6 +524,8 @@ errcode_t nx_blkio_pwrite(struct nx_blkio *io, const void *buf, uint64_t len,
 
 	if (io->rdonly)
 		return EROFS;
+	if (io->txn && io->unit)
+		return hold_txn_range(io, buf, len, offset);
 	if (io->batch_depth && !io->in_hook && io->unit && len == io->unit &&
 	    offset % io->unit == 0) {
 		if (io->nheld == BATCH_MAX_BLOCKS && find_held(io, offset) < 0) {
@@ -359,7 +535,7 @@ errcode_t nx_blkio_pwrite(struct nx_blkio *io, const void *buf, uint64_t len,
 		}
 		return hold_block(io, buf, offset);
 	}
-	err = settle_overlaps(io, len, offset);
+	err = settle_overlaps(io, buf, len, offset);
 	return err ? err : write_through(io, buf, len, offset);
 }
 
@@ -388,12 +564,100 @@ struct nx_faults *nx_blkio_faults(struct nx_blkio *io)
 	return io->faults;
 }
 
+errcode_t nx_blkio_sync(struct nx_blkio *io)
+{
+	return io->rdonly ? 0 : sync_device(io);
+}
+
+void nx_blkio_txn_begin(struct nx_blkio *io)
+{
+	io->txn = 1;
+}
+
+void nx_blkio_txn_end(struct nx_blkio *io)
+{
+	io->txn = 0;
+}
+
+size_t nx_blkio_held_count(const struct nx_blkio *io)
+{
+	return io->nlive;
+}
+
+static int by_offset(const void *a, const void *b)
+{
+	const struct nx_jblock *x = a, *y = b;
+
+	return x->off < y->off ? -1 : x->off > y->off;
+}
+
+errcode_t nx_blkio_held_list(struct nx_blkio *io, struct nx_jblock **ret,
+			     size_t *count)
+{
+	struct nx_jblock *v = malloc((io->nheld ? io->nheld : 1) * sizeof(*v));
+	size_t i, n = 0;
+
+	if (!v)
+		return EXT2_ET_NO_MEMORY;
+	for (i = 0; i < io->nheld; i++)
+		if (io->held[i].data) {
+			v[n].off = io->held[i].off;
+			v[n].data = io->held[i].data;
+			n++;
+		}
+	qsort(v, n, sizeof(*v), by_offset);
+	*ret = v;
+	*count = n;
+	return 0;
+}
+
+errcode_t nx_blkio_write_held(struct nx_blkio *io,
+			      int (*pick)(void *priv, uint64_t off),
+			      void *priv)
+{
+	errcode_t err = 0;
+	size_t i;
+
+	for (i = 0; i < io->nheld && !err; i++) {
+		struct held_block *h = &io->held[i];
+
+		if (!h->data || (pick && !pick(priv, h->off)))
+			continue;
+		err = write_device(io, h->data, io->unit, h->off);
+		if (!err) {
+			free(h->data);
+			h->data = NULL;
+			io->nlive--;
+		}
+	}
+	if (!err && !pick)
+		nx_blkio_drop_held(io);
+	return err;
+}
+
+void nx_blkio_drop_held(struct nx_blkio *io)
+{
+	size_t i;
+
+	for (i = 0; i < io->nheld; i++) {
+		free(io->held[i].data);
+		io->held[i].data = NULL;
+	}
+	io->nheld = 0;
+	io->nlive = 0;
+	if (io->slots)
+		memset(io->slots, 0, io->nslots * sizeof(*io->slots));
+}
+
 errcode_t nx_blkio_flush(struct nx_blkio *io)
 {
 	errcode_t err;
 
 	if (io->rdonly)
 		return 0;
+	/* A transaction's blocks reach the device only through its commit. */
+	if (io->txn)
+		return sync_device(io);
 	err = flush_held(io);
 	if (err)
 		return err;
@@ -468,7 +732,11 @@ static errcode_t blkio_close(io_channel channel)
 
 	if (--channel->refcount > 0)
 		return 0;
-	flush_held(io);
+	/* Uncommitted transaction blocks die with us, as in a crash. */
+	if (io->txn)
+		nx_blkio_drop_held(io);
+	else
+		flush_held(io);
 	free(io->held);
 	free(io->slots);
 	close(io->fd);
@@ -572,8 +840,9 @@ static errcode_t blkio_zeroout(io_channel channel, unsigned long long block,
 	while (done < count && !err) {
 		uint64_t n = count - done < chunk ? count - done : chunk;
 
-		err = nx_blkio_pwrite(chan_io(channel), zero, n * bs,
-				      (block + done) * bs);
+		/* Zeroed blocks are fresh allocations: data, not logged. */
+		err = nx_blkio_pwrite_data(chan_io(channel), zero, n * bs,
+					   (block + done) * bs);
 		done += n;
 	}
 	free(zero);

@@ -20,7 +20,10 @@
 #include <et/com_err.h>
 #include "nextfs/volume.h"
 #include "nextfs/blkio.h"
+#include "nextfs/meta.h"
 #include "nextfs/snapshot.h"
+#include "nextfs/txn.h"
+#include "nextfs/journal.h"
 
 /* Features we can write without breaking anything. */
 #define NX_RW_COMPAT	(EXT2_FEATURE_COMPAT_DIR_PREALLOC |		\
@@ -39,7 +42,8 @@
 			 EXT4_FEATURE_INCOMPAT_FLEX_BG |		\
 			 EXT4_FEATURE_INCOMPAT_CSUM_SEED |		\
 			 EXT4_FEATURE_INCOMPAT_LARGEDIR |		\
-			 EXT4_FEATURE_INCOMPAT_INLINE_DATA)
+			 EXT4_FEATURE_INCOMPAT_INLINE_DATA |		\
+			 EXT3_FEATURE_INCOMPAT_RECOVER)
 #define NX_RW_RO_COMPAT	(EXT2_FEATURE_RO_COMPAT_SPARSE_SUPER |		\
 			 EXT2_FEATURE_RO_COMPAT_LARGE_FILE |		\
 			 EXT4_FEATURE_RO_COMPAT_HUGE_FILE |		\
@@ -117,12 +121,7 @@ static errcode_t check_features(struct ext2_super_block *sb, int rdonly,
 	char names[256];
 	uint32_t bad;
 
-	if (sb->s_feature_incompat & EXT3_FEATURE_INCOMPAT_RECOVER) {
-		nx_set_msg(msg, msglen, "the journal needs recovery; run "
-			"'e2fsck -fy' on the volume (it replays the journal) "
-			"and try again");
-		return EXT2_ET_UNSUPP_FEATURE;
-	}
+	/* needs_recovery: replay_journal() has dealt with it. */
 	if (sb->s_feature_ro_compat & EXT4_FEATURE_RO_COMPAT_ORPHAN_PRESENT &&
 	    !rdonly) {
 		nx_set_msg(msg, msglen, "the volume has orphan inodes pending; "
@@ -211,6 +210,9 @@ static errcode_t mark_in_use(struct nx_volume *vol)
 	if (nx_volume_rdonly(vol))
 		return 0;
 	sb->s_state &= ~EXT2_VALID_FS;
+	/* Like the kernel: while mounted, a crash means "replay the log". */
+	if (ext2fs_has_feature_journal(sb))
+		ext2fs_set_feature_journal_needs_recovery(sb);
 	sb->s_mnt_count++;
 	sb->s_mtime = (uint32_t)time(NULL);
 	ext2fs_mark_super_dirty(vol->fs);
@@ -250,6 +252,10 @@ static errcode_t open_fs(struct nx_volume *vol, char *msg, size_t msglen)
 
 	if (!nx_volume_rdonly(vol))
 		oflags |= EXT2_FLAG_RW;
+	err = nx_txn_replay_device(vol->device, !nx_volume_rdonly(vol), msg,
+				   msglen);
+	if (err)
+		return err;
 	/*
 	 * First open without FORCE semantics mattering: libext2fs validates
 	 * the superblock and descriptors (magic, geometry, checksums); only
@@ -283,7 +289,14 @@ static errcode_t open_fs(struct nx_volume *vol, char *msg, size_t msglen)
 			vol->device, error_message(err));
 		return err;
 	}
-	return 0;
+	/* Before nx_snap_attach: cow.c's callbacks chain to ours. */
+	if (!nx_volume_rdonly(vol)) {
+		err = nx_meta_attach(vol);
+		if (err)
+			nx_set_msg(msg, msglen, "%s: %s", vol->device,
+				   error_message(err));
+	}
+	return err;
 }
 
 errcode_t nx_volume_open(const char *device, int flags,
@@ -323,6 +336,16 @@ errcode_t nx_volume_open(const char *device, int flags,
 				vol->device, error_message(err));
 		goto fail;
 	}
+	/* Before anything is written: a journal we cannot use refuses. */
+	if (!nx_volume_rdonly(vol)) {
+		err = nx_txn_start(vol, msg, msglen);
+		if (err) {
+			if (msg && !msg[0])
+				nx_set_msg(msg, msglen, "%s: %s", vol->device,
+					   error_message(err));
+			goto fail;
+		}
+	}
 	err = mark_in_use(vol);
 	if (err) {
 		nx_set_msg(msg, msglen, "%s: cannot write superblock: %s",
@@ -332,7 +355,9 @@ errcode_t nx_volume_open(const char *device, int flags,
 	*ret = vol;
 	return 0;
 fail:
+	nx_txn_abort(vol);
 	nx_snap_detach(vol);
+	nx_meta_detach(vol);
 	if (vol->fs) {
 		vol->fs->flags &= ~EXT2_FLAG_DIRTY;
 		ext2fs_close_free(&vol->fs);
@@ -351,10 +376,27 @@ errcode_t nx_volume_sync(struct nx_volume *vol)
 
 	if (nx_volume_rdonly(vol))
 		return 0;
+	if (vol->txn)
+		return nx_txn_commit(vol);
 	err = nx_snap_flush(vol);
 	if (!err)
 		err = nx_blkio_flush(vol->io);
 	return err;
+}
+
+void nx_volume_unlock(struct nx_volume *vol)
+{
+	struct nx_volume *live = vol->parent ? vol->parent : vol;
+
+	/* Operations end here: the one place to commit when it is time. */
+	if (live->txn && nx_txn_due(live)) {
+		errcode_t err = nx_txn_commit(live);
+
+		if (err)
+			fprintf(stderr, "nextfs: %s: commit failed: %s\n",
+				live->device, error_message(err));
+	}
+	pthread_mutex_unlock(&live->lock);
 }
 
 errcode_t nx_volume_close(struct nx_volume *vol)
@@ -367,15 +409,22 @@ errcode_t nx_volume_close(struct nx_volume *vol)
 		if (!nx_volume_rdonly(vol)) {
 			struct nx_blkio_stats st;
 
-			if (vol->was_clean)
+			/* Commit, empty the journal; the rest goes in place. */
+			err = nx_txn_stop(vol);
+			if (vol->was_clean && !err)
 				vol->fs->super->s_state |= EXT2_VALID_FS;
+			if (!err)
+				ext2fs_clear_feature_journal_needs_recovery(
+					vol->fs->super);
 			nx_blkio_get_stats(vol->io, &st);
 			vol->fs->super->s_kbytes_written += st.bytes_written >> 10;
 			ext2fs_mark_super_dirty(vol->fs);
-			err = nx_volume_sync(vol);
+			if (!err)
+				err = nx_volume_sync(vol);
 		}
 		/* Nothing is dirty now: closing writes nothing behind COW's back. */
 		nx_snap_detach(vol);
+		nx_meta_detach(vol);
 		if (!err)
 			err = ext2fs_close_free(&vol->fs);
 		else

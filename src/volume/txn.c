@@ -1,0 +1,430 @@
+/*
+ * txn.c - transactions: hold metadata, defer frees, commit (see txn.h).
+ *
+ * The pieces, and why each is there:
+ *  - blkio holds every metadata write in memory; the COW hook runs when a
+ *    block is first held, while the device still has the content the
+ *    active snapshot needs (blkio.c);
+ *  - nx_snap_flush() brings bitmaps, descriptors, superblock and the
+ *    snapshot's pending block map into the held set, to a fixed point;
+ *  - the held set is logged as one JBD2 transaction and only then written
+ *    in place (journal.c) - or, without a journal, written in the P10
+ *    order (write_ordered);
+ *  - frees are held back until their commit is durable: libext2fs would
+ *    hand a block freed a moment ago to the next allocation, whose data
+ *    or snapshot copy (written at once) would then overwrite a block the
+ *    committed metadata still gives to a file.  The commit writes them
+ *    as free all the same (nx_meta_write_as_free).
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <et/com_err.h>
+#include "nextfs/txn.h"
+#include "nextfs/blkio.h"
+#include "nextfs/journal.h"
+#include "nextfs/meta.h"
+#include "nextfs/snapshot.h"
+#include "nextfs/volume.h"
+
+/* Commit at the latest at this many held blocks (memory: 8192 x 4 KiB). */
+#define MAX_HELD 8192
+
+struct nx_txn {
+	struct nx_volume *vol;
+	struct nx_journal *journal;	/* NULL: ext2, ordered writes only */
+	ext2fs_block_bitmap deferred;	/* freed since the last commit */
+	blk64_t ndeferred;
+	struct timespec started;	/* first change since the last commit */
+	int dirty;
+	errcode_t error;		/* a background commit failed */
+	void (*old_stats)(ext2_filsys, blk64_t, int);
+	void (*old_range_stats)(ext2_filsys, blk64_t, blk_t, int);
+	struct nx_txn *next;		/* registry (callbacks get only fs) */
+};
+
+static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct nx_txn *registry;
+
+static struct nx_txn *txn_of(ext2_filsys fs)
+{
+	struct nx_txn *t;
+
+	pthread_mutex_lock(&registry_lock);
+	for (t = registry; t && t->vol->fs != fs; t = t->next)
+		;
+	pthread_mutex_unlock(&registry_lock);
+	return t;
+}
+
+static void registry_add(struct nx_txn *t)
+{
+	pthread_mutex_lock(&registry_lock);
+	t->next = registry;
+	registry = t;
+	pthread_mutex_unlock(&registry_lock);
+}
+
+static void registry_remove(struct nx_txn *t)
+{
+	struct nx_txn **p;
+
+	pthread_mutex_lock(&registry_lock);
+	for (p = &registry; *p; p = &(*p)->next)
+		if (*p == t) {
+			*p = t->next;
+			break;
+		}
+	pthread_mutex_unlock(&registry_lock);
+}
+
+static void note_change(struct nx_txn *t)
+{
+	if (!t->dirty) {
+		clock_gettime(CLOCK_MONOTONIC, &t->started);
+		t->dirty = 1;
+	}
+}
+
+/*
+ * A block was freed (INUSE < 0) or allocated.  Keep a freed block marked
+ * in the bitmap until the commit, unless space is short: then reuse wins
+ * over the guarantee for deleted files' contents (never over P10, which
+ * snapshots' moves keep by themselves).  This runs before the snapshot
+ * layer's callback, which may take the block over (+1) at once.
+ */
+static void track_block(struct nx_txn *t, ext2_filsys fs, blk64_t blk,
+			int inuse)
+{
+	int in_range = blk >= fs->super->s_first_data_block &&
+		       blk < ext2fs_blocks_count(fs->super);
+
+	if (!in_range)
+		return;
+	if (inuse > 0) {
+		if (t->ndeferred && ext2fs_test_block_bitmap2(t->deferred, blk)) {
+			ext2fs_unmark_block_bitmap2(t->deferred, blk);
+			t->ndeferred--;
+		}
+		return;
+	}
+	if (t->ndeferred >= ext2fs_free_blocks_count(fs->super) / 2)
+		return;
+	if (ext2fs_test_block_bitmap2(t->deferred, blk))
+		return;
+	ext2fs_mark_block_bitmap2(fs->block_map, blk);
+	ext2fs_mark_block_bitmap2(t->deferred, blk);
+	t->ndeferred++;
+}
+
+static void on_block_stats(ext2_filsys fs, blk64_t blk, int inuse)
+{
+	struct nx_txn *t = txn_of(fs);
+
+	if (t) {
+		note_change(t);
+		track_block(t, fs, blk, inuse);
+	}
+	if (t && t->old_stats)
+		t->old_stats(fs, blk, inuse);
+}
+
+static void on_block_range_stats(ext2_filsys fs, blk64_t blk, blk_t num,
+				 int inuse)
+{
+	struct nx_txn *t = txn_of(fs);
+	blk_t i;
+
+	if (t) {
+		note_change(t);
+		for (i = 0; i < num; i++)
+			track_block(t, fs, blk + i, inuse);
+	}
+	if (t && t->old_range_stats)
+		t->old_range_stats(fs, blk, num, inuse);
+}
+
+/*
+ * After a commit: the blocks it freed on disk may be reused now.  (The
+ * commit wrote them as free - nx_meta_write_as_free - while they stayed
+ * marked in memory, so that nothing written before the commit, such as a
+ * snapshot copy or a block map written ahead without a journal, could
+ * land on a block the old on-disk state still uses.)
+ */
+static void release_deferred(struct nx_txn *t)
+{
+	ext2_filsys fs = t->vol->fs;
+	blk64_t start = fs->super->s_first_data_block, end, blk;
+
+	if (!t->ndeferred)
+		return;
+	end = ext2fs_blocks_count(fs->super) - 1;
+	while (start <= end &&
+	       !ext2fs_find_first_set_block_bitmap2(t->deferred, start, end,
+						    &blk)) {
+		ext2fs_unmark_block_bitmap2(fs->block_map, blk);
+		start = blk + 1;
+	}
+	ext2fs_clear_block_bitmap(t->deferred);
+	t->ndeferred = 0;
+}
+
+errcode_t nx_txn_recover(ext2_filsys fs, struct nx_blkio *io,
+			 unsigned *replayed, char *msg, size_t msglen)
+{
+	struct nx_journal *j = NULL;
+	errcode_t err;
+
+	*replayed = 0;
+	err = nx_journal_load(fs, io, &j, msg, msglen);
+	if (err || !j)
+		return err;
+	if (nx_journal_needs_recovery(j)) {
+		err = nx_journal_recover(j, replayed);
+		if (err)
+			nx_set_msg(msg, msglen, "journal replay failed: %s; run "
+				   "'nextfs check --repair'", error_message(err));
+	}
+	nx_journal_free(j);
+	return err;
+}
+
+/*
+ * A crash left the journal needing recovery: replay it before libext2fs
+ * reads anything replay may change.  The descriptors may be torn (a crash
+ * in the middle of writing them in place), hence a lenient open of our
+ * own, closed again without writing anything.  Read-only opens cannot
+ * replay: they refuse a log that holds transactions.
+ */
+errcode_t nx_txn_replay_device(const char *device, int rw, char *msg,
+			       size_t msglen)
+{
+	int rdonly = !rw;
+	int oflags = EXT2_FLAG_64BITS | EXT2_FLAG_FORCE | EXT2_FLAG_SKIP_MMP |
+		     EXT2_FLAG_IGNORE_CSUM_ERRORS | (rdonly ? 0 : EXT2_FLAG_RW);
+	struct nx_journal *j = NULL;
+	unsigned replayed = 0;
+	ext2_filsys fs;
+	errcode_t err;
+
+	if (ext2fs_open2(device, NULL, oflags, 0, 0, nx_blkio_manager,
+			 &fs))
+		return 0;	/* open_fs() reports why */
+	/*
+	 * Read-write opens look at the log even without needs_recovery: a
+	 * crash during our own first commit leaves a log but no flag yet.
+	 */
+	if (!ext2fs_has_feature_journal(fs->super) ||
+	    (rdonly && !ext2fs_has_feature_journal_needs_recovery(fs->super))) {
+		err = 0;
+	} else if (rdonly) {
+		err = nx_journal_load(fs, nx_blkio_from_channel(fs->io), &j,
+				      msg, msglen);
+		if (!err && nx_journal_needs_recovery(j)) {
+			nx_set_msg(msg, msglen, "the journal needs recovery; "
+				   "mount the volume read-write once or run "
+				   "'nextfs check --repair' (both replay it)");
+			err = EXT2_ET_UNSUPP_FEATURE;
+		}
+		nx_journal_free(j);
+	} else {
+		err = nx_txn_recover(fs, nx_blkio_from_channel(fs->io),
+				     &replayed, msg, msglen);
+		if (!err && replayed)
+			fprintf(stderr, "nextfs: %s: replayed %u journal "
+				"transaction(s)\n", device, replayed);
+	}
+	fs->flags &= ~EXT2_FLAG_DIRTY;
+	ext2fs_close_free(&fs);
+	return err;
+}
+
+errcode_t nx_txn_start(struct nx_volume *vol, char *msg, size_t msglen)
+{
+	ext2_filsys fs = vol->fs;
+	struct nx_txn *t;
+	errcode_t err;
+
+	t = calloc(1, sizeof(*t));
+	if (!t)
+		return EXT2_ET_NO_MEMORY;
+	t->vol = vol;
+	err = nx_journal_load(fs, vol->io, &t->journal, msg, msglen);
+	if (!err && t->journal)
+		err = nx_journal_prepare(t->journal, fs);
+	if (err)
+		goto fail;
+	err = ext2fs_allocate_block_bitmap(fs, "deferred frees", &t->deferred);
+	if (err)
+		goto fail;
+	vol->txn = t;
+	registry_add(t);
+	nx_meta_write_as_free(vol, t->deferred);
+	ext2fs_set_block_alloc_stats_callback(fs, on_block_stats,
+					      &t->old_stats);
+	ext2fs_set_block_alloc_stats_range_callback(fs, on_block_range_stats,
+						    &t->old_range_stats);
+	nx_blkio_txn_begin(vol->io);
+	return 0;
+fail:
+	nx_journal_free(t->journal);
+	free(t);
+	return err;
+}
+
+/* Ordered write, phase picks (see write_ordered). */
+static int pick_rank(struct nx_txn *t, uint64_t off, int rank)
+{
+	return nx_snap_block_rank(t->vol, off / t->vol->fs->blocksize) == rank;
+}
+
+static int pick_map_blocks(void *priv, uint64_t off)
+{
+	return pick_rank(priv, off, NX_SNAP_RANK_MAP);
+}
+
+static int pick_snap_inodes(void *priv, uint64_t off)
+{
+	return pick_rank(priv, off, NX_SNAP_RANK_INODE);
+}
+
+/*
+ * No journal: copies are already on the device; make them durable, then
+ * the snapshots' block maps (tree blocks before the inodes that point at
+ * them), then everything else.  A crash anywhere leaves every block a
+ * snapshot maps either unmapped-and-unchanged or mapped-and-durable.
+ */
+static errcode_t write_ordered(struct nx_txn *t)
+{
+	struct nx_blkio *io = t->vol->io;
+	errcode_t err;
+
+	err = nx_blkio_sync(io);
+	if (!err)
+		err = nx_blkio_write_held(io, pick_map_blocks, t);
+	if (!err)
+		err = nx_blkio_sync(io);
+	if (!err)
+		err = nx_blkio_write_held(io, pick_snap_inodes, t);
+	if (!err)
+		err = nx_blkio_sync(io);
+	if (!err)
+		err = nx_blkio_write_held(io, NULL, NULL);
+	if (!err)
+		err = nx_blkio_sync(io);
+	return err;
+}
+
+static errcode_t write_journaled(struct nx_txn *t)
+{
+	struct nx_blkio *io = t->vol->io;
+	struct nx_jblock *v = NULL;
+	size_t n = 0;
+	errcode_t err;
+
+	err = nx_blkio_held_list(io, &v, &n);
+	if (err)
+		return err;
+	if (!n) {
+		free(v);
+		return nx_blkio_sync(io);	/* fsync: the data */
+	}
+	if (nx_journal_cost(t->journal, n) > nx_journal_capacity(t->journal)) {
+		free(v);
+		fprintf(stderr, "nextfs: %s: a transaction of %zu blocks does "
+			"not fit the journal; writing it in order instead\n",
+			t->vol->device, n);
+		return write_ordered(t);
+	}
+	err = nx_journal_log(t->journal, v, n);
+	free(v);	/* points into blkio's held blocks: done with them */
+	if (!err)
+		err = nx_blkio_write_held(io, NULL, NULL);
+	if (!err)
+		err = nx_blkio_sync(io);
+	if (!err)
+		err = nx_journal_checkpointed(t->journal);
+	return err;
+}
+
+errcode_t nx_txn_commit(struct nx_volume *vol)
+{
+	struct nx_txn *t = vol->txn;
+	errcode_t err;
+
+	if (!t)
+		return 0;
+	err = nx_snap_flush(vol);
+	if (!err)
+		err = t->journal ? write_journaled(t) : write_ordered(t);
+	if (err) {
+		t->error = err;
+		return err;
+	}
+	release_deferred(t);
+	t->dirty = 0;
+	return 0;
+}
+
+int nx_txn_due(struct nx_volume *vol)
+{
+	struct nx_txn *t = vol->txn;
+	struct timespec now;
+	size_t held;
+
+	if (!t)
+		return 0;
+	held = nx_blkio_held_count(vol->io);
+	if (t->ndeferred > 4096 ||
+	    t->ndeferred > ext2fs_free_blocks_count(vol->fs->super) / 8)
+		return 1;
+	if (held > MAX_HELD ||
+	    (t->journal && held > nx_journal_capacity(t->journal) / 2))
+		return 1;
+	if (!t->dirty && !held)
+		return 0;
+	if (!t->dirty)
+		note_change(t);
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	return now.tv_sec - t->started.tv_sec >= NX_TXN_COMMIT_INTERVAL;
+}
+
+errcode_t nx_txn_stop(struct nx_volume *vol)
+{
+	struct nx_txn *t = vol->txn;
+	errcode_t err;
+
+	if (!t)
+		return 0;
+	err = nx_txn_commit(vol);
+	if (!err && t->journal)
+		err = nx_journal_close(t->journal);
+	nx_txn_abort(vol);
+	return err;
+}
+
+void nx_txn_abort(struct nx_volume *vol)
+{
+	struct nx_txn *t = vol->txn;
+	ext2_filsys fs = vol->fs;
+	void (*dummy)(ext2_filsys, blk64_t, int);
+	void (*dummy_range)(ext2_filsys, blk64_t, blk_t, int);
+
+	if (!t)
+		return;
+	/* What is still held dies with us, as in a crash. */
+	nx_blkio_drop_held(vol->io);
+	nx_blkio_txn_end(vol->io);
+	nx_meta_write_as_free(vol, NULL);
+	ext2fs_set_block_alloc_stats_callback(fs, t->old_stats, &dummy);
+	ext2fs_set_block_alloc_stats_range_callback(fs, t->old_range_stats,
+						    &dummy_range);
+	registry_remove(t);
+	nx_journal_free(t->journal);
+	ext2fs_free_block_bitmap(t->deferred);
+	free(t);
+	vol->txn = NULL;
+}
