@@ -1,8 +1,11 @@
 /* fixture.c - see fixture.h */
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <stddef.h>
 #include <ext2fs/ext2fs.h>
@@ -108,4 +111,125 @@ int nxt_fsck_masked(const char *path)
 	rc = nxt_fsck(copy);
 	unlink(copy);
 	return rc;
+}
+
+int nxt_copy_image(const char *src, const char *dst)
+{
+	static char buf[1 << 16];
+	int in, out, err = 0;
+	off_t size, data, hole;
+	struct stat st;
+
+	in = open(src, O_RDONLY | O_CLOEXEC);
+	if (in < 0)
+		return errno;
+	out = open(dst, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (out < 0) {
+		err = errno;
+		close(in);
+		return err;
+	}
+	if (fstat(in, &st) < 0 || ftruncate(out, st.st_size) < 0) {
+		err = errno;
+		goto done;
+	}
+	size = st.st_size;
+	for (data = 0; data < size; data = hole) {
+		data = lseek(in, data, SEEK_DATA);
+		if (data < 0) {
+			if (errno != ENXIO)
+				err = errno;
+			break;
+		}
+		hole = lseek(in, data, SEEK_HOLE);
+		if (hole < 0) {
+			err = errno;
+			break;
+		}
+		while (data < hole) {
+			size_t want = hole - data < (off_t)sizeof(buf) ?
+				      (size_t)(hole - data) : sizeof(buf);
+			ssize_t n = pread(in, buf, want, data);
+
+			if (n <= 0) {
+				err = n < 0 ? errno : EIO;
+				goto done;
+			}
+			if (pwrite(out, buf, (size_t)n, data) != n) {
+				err = errno ? errno : EIO;
+				goto done;
+			}
+			data += n;
+		}
+	}
+done:
+	close(in);
+	if (close(out) < 0 && !err)
+		err = errno;
+	return err;
+}
+
+int nxt_masked_copy(const char *src, const char *dst)
+{
+	struct ext2_super_block sb;
+	int fd, err = nxt_copy_image(src, dst);
+
+	if (err)
+		return err;
+	fd = open(dst, O_RDWR | O_CLOEXEC);
+	if (fd < 0)
+		return errno;
+	if (pread(fd, &sb, sizeof(sb), SUPERBLOCK_OFFSET) != sizeof(sb)) {
+		close(fd);
+		return EIO;
+	}
+	sb.s_feature_ro_compat &= ~EXT4_FEATURE_RO_COMPAT_HAS_SNAPSHOT;
+	if (sb.s_feature_ro_compat & EXT4_FEATURE_RO_COMPAT_METADATA_CSUM)
+		sb.s_checksum = ext2fs_crc32c_le(~0U, (unsigned char *)&sb,
+				offsetof(struct ext2_super_block, s_checksum));
+	if (pwrite(fd, &sb, sizeof(sb), SUPERBLOCK_OFFSET) != sizeof(sb)) {
+		close(fd);
+		return EIO;
+	}
+	return close(fd) < 0 ? errno : 0;
+}
+
+int nxt_fsck_capture(const char *path, const char *opts, char *out,
+		     size_t outlen)
+{
+	char cmd[1024], chunk[4096];
+	size_t used = 0, n;
+	FILE *p;
+	int rc;
+
+	snprintf(cmd, sizeof(cmd), "%s %s '%s' 2>&1",
+		 tool("E2FSCK", "e2fsck"), opts, path);
+	if (out && outlen)
+		out[0] = 0;
+	fflush(NULL);
+	p = popen(cmd, "r");
+	if (!p)
+		return 128;
+	while ((n = fread(chunk, 1, sizeof(chunk), p)) > 0) {
+		if (!out || outlen < 2)
+			continue;
+		if (n >= outlen - 1) {	/* keep the tail of the output */
+			memcpy(out, chunk + n - (outlen - 1), outlen - 1);
+			used = outlen - 1;
+		} else {
+			if (used + n > outlen - 1) {
+				size_t drop = used + n - (outlen - 1);
+
+				memmove(out, out + drop, used - drop);
+				used -= drop;
+			}
+			memcpy(out + used, chunk, n);
+			used += n;
+		}
+		out[used] = 0;
+	}
+	rc = pclose(p);
+	if (rc < 0)
+		return 128;
+	return WIFEXITED(rc) ? WEXITSTATUS(rc) : 128 + WTERMSIG(rc);
 }

@@ -43,4 +43,27 @@ void nxt_user_cred(struct nx_cred *c, uid_t uid, gid_t gid);
  * RO_COMPAT_HAS_SNAPSHOT masked (stock e2fsck refuses the feature).
  */
 int nxt_fsck_masked(const char *path);
+
+/*
+ * Helpers that never fail the test themselves (usable in forked children
+ * of a test, where a failing ck_assert would confuse libcheck): they
+ * return 0 / an exit status and leave judging to the caller.
+ */
+
+/* Sparse copy of SRC to DST (created or truncated).  0 or an errno. */
+int nxt_copy_image(const char *src, const char *dst);
+
+/*
+ * Make DST a sparse copy of SRC with RO_COMPAT_HAS_SNAPSHOT masked in the
+ * primary superblock (checksum recomputed).  0 or an errno.
+ */
+int nxt_masked_copy(const char *src, const char *dst);
+
+/*
+ * Run "e2fsck OPTS PATH", capturing its output (the last OUTLEN-1 bytes,
+ * NUL terminated) in OUT (may be NULL).  Returns the exit status, 128+ if
+ * it could not run or died.
+ */
+int nxt_fsck_capture(const char *path, const char *opts, char *out,
+		     size_t outlen);
 #endif
