@@ -37,6 +37,7 @@ struct nx_volume {
 	struct nx_volume *parent;	/* a snapshot view's live volume, or NULL */
 	struct nx_meta *meta;		/* changed-group tracking (meta.h), or NULL */
 	struct nx_txn *txn;		/* transaction state (txn.h), or NULL */
+	struct nx_orphans *orphans;	/* orphan list index (orphan.h) */
 };
 
 /*

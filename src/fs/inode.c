@@ -16,6 +16,7 @@
 #include <sys/sysmacros.h>
 #include "nextfs/inode.h"
 #include "nextfs/meta.h"
+#include "nextfs/orphan.h"
 #include "nextfs/xattr.h"
 
 errcode_t nx_inode_read(struct nx_volume *vol, ext2_ino_t ino,
@@ -29,8 +30,21 @@ errcode_t nx_inode_read(struct nx_volume *vol, ext2_ino_t ino,
 errcode_t nx_inode_write(struct nx_volume *vol, ext2_ino_t ino,
 			 struct ext2_inode_large *inode)
 {
+	errcode_t err;
+
 	if (nx_volume_rdonly(vol))
 		return EROFS;
+	/*
+	 * The write that takes the last link away also puts the inode on
+	 * the orphan list (orphan.h); i_dtime is set from the moment
+	 * nx_inode_release() starts, so its own writes do not.
+	 */
+	if (inode->i_links_count == 0 && inode->i_mode && !inode->i_dtime &&
+	    !nx_orphan_has(vol, ino)) {
+		err = nx_orphan_add(vol, ino, inode);
+		if (err)
+			return err;
+	}
 	return ext2fs_write_inode_full(vol->fs, ino, (struct ext2_inode *)inode,
 				       sizeof(*inode));
 }
@@ -494,8 +508,19 @@ errcode_t nx_inode_release(struct nx_volume *vol, ext2_ino_t ino)
 	err = nx_inode_read(vol, ino, &inode);
 	if (err)
 		return err;
-	if (inode.i_links_count != 0 || inode.i_mode == 0 || inode.i_dtime)
+	if (inode.i_links_count != 0 || inode.i_mode == 0)
 		return 0;
+	if (inode.i_dtime && !nx_orphan_has(vol, ino))
+		return 0;	/* released already */
+	err = nx_orphan_remove(vol, ino, &inode);
+	if (err)
+		return err;
+	/* From here on i_dtime says "being released" (see nx_inode_write). */
+	nx_now(&now);
+	inode.i_dtime = (uint32_t)now.tv_sec ? (uint32_t)now.tv_sec : 1;
+	err = nx_inode_write(vol, ino, &inode);
+	if (err)
+		return err;
 	err = ext2fs_free_ext_attr(fs, ino, &inode);
 	if (err)
 		return err;
@@ -504,8 +529,6 @@ errcode_t nx_inode_release(struct nx_volume *vol, ext2_ino_t ino)
 		if (err)
 			return err;
 	}
-	nx_now(&now);
-	inode.i_dtime = (uint32_t)now.tv_sec;
 	inode.i_size = 0;
 	inode.i_size_high = 0;
 	nx_inode_set_time(&inode, NX_CTIME, &now);

@@ -24,6 +24,7 @@
 #include "nextfs/snapshot.h"
 #include "nextfs/txn.h"
 #include "nextfs/journal.h"
+#include "nextfs/orphan.h"
 
 /* Features we can write without breaking anything. */
 #define NX_RW_COMPAT	(EXT2_FEATURE_COMPAT_DIR_PREALLOC |		\
@@ -299,6 +300,27 @@ static errcode_t open_fs(struct nx_volume *vol, char *msg, size_t msglen)
 	return err;
 }
 
+/* Inodes a crash left on the orphan list are freed, as the kernel does. */
+static errcode_t free_orphans(struct nx_volume *vol, char *msg, size_t msglen)
+{
+	unsigned freed = 0;
+	errcode_t err;
+
+	if (!vol->fs->super->s_last_orphan)
+		return 0;
+	err = nx_orphans_recover(vol, &freed);
+	if (!err)
+		err = nx_volume_sync(vol);
+	if (err)
+		nx_set_msg(msg, msglen, "%s: cannot free orphan inodes: %s; "
+			   "run 'nextfs check --repair'", vol->device,
+			   error_message(err));
+	else if (freed)
+		fprintf(stderr, "nextfs: %s: freed %u orphan inode(s)\n",
+			vol->device, freed);
+	return err;
+}
+
 errcode_t nx_volume_open(const char *device, int flags,
 			 struct nx_volume **ret, char *msg, size_t msglen)
 {
@@ -352,10 +374,16 @@ errcode_t nx_volume_open(const char *device, int flags,
 			vol->device, error_message(err));
 		goto fail;
 	}
+	if (!nx_volume_rdonly(vol)) {
+		err = free_orphans(vol, msg, msglen);
+		if (err)
+			goto fail;
+	}
 	*ret = vol;
 	return 0;
 fail:
 	nx_txn_abort(vol);
+	nx_orphans_free(vol);
 	nx_snap_detach(vol);
 	nx_meta_detach(vol);
 	if (vol->fs) {
@@ -423,6 +451,7 @@ errcode_t nx_volume_close(struct nx_volume *vol)
 				err = nx_volume_sync(vol);
 		}
 		/* Nothing is dirty now: closing writes nothing behind COW's back. */
+		nx_orphans_free(vol);
 		nx_snap_detach(vol);
 		nx_meta_detach(vol);
 		if (!err)

@@ -14,6 +14,8 @@
  *  - nextfs replays e2fsprogs: debugfs writes a transaction into the log
  *    ("journal_write"); opening with nextfs puts its block in place and
  *    leaves the log empty, and e2fsck -fn is clean.
+ *  - orphans: a file unlinked while in use and committed is freed after
+ *    a crash by the next open (and by e2fsck).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -346,6 +348,58 @@ START_TEST(test_nextfs_replays_debugfs)
 }
 END_TEST
 
+/*
+ * A file unlinked while still in use, committed, then the process dies:
+ * the inode is on the orphan list, and the next read-write open frees it
+ * (blocks and inode), leaving a clean volume - for nextfs and e2fsck.
+ */
+START_TEST(test_orphan_freed_after_crash)
+{
+	char base[200], work[256], buf[65536], out[4096];
+	struct nx_faults plan = { 0 };
+	struct nx_volume *vol;
+	blk64_t free_before;
+	ext2_ino_t ino;
+	size_t n;
+	int rc;
+
+	nxt_root_cred(&root);
+	nxt_mkfs(base, nxt_flavours[_i], 24);
+	vol = nxt_open(base);
+	free_before = ext2fs_free_blocks_count(vol->fs->super);
+	nx_volume_lock(vol);
+	ck_assert_int_eq(nx_mknod(vol, &root, EXT2_ROOT_INO, "open-file",
+				  S_IFREG | 0644, 0, &ino), 0);
+	fill(buf, sizeof(buf), 5);
+	ck_assert_int_eq(nx_file_write(vol, ino, buf, sizeof(buf), 0, &n), 0);
+	ck_assert_int_eq(nx_unlink(vol, &root, EXT2_ROOT_INO, "open-file",
+				   NULL), 0);
+	/* Still "open": not released.  The commit records the orphan. */
+	ck_assert_int_eq(nx_volume_sync(vol), 0);
+	ck_assert_uint_eq(vol->fs->super->s_last_orphan, ino);
+	plan.cut_after = 1;	/* nothing more reaches the disk: the crash */
+	plan.writes_done = 1;
+	nx_blkio_set_faults(vol->io, &plan);
+	nx_volume_unlock(vol);
+	nx_volume_close(vol);
+
+	snprintf(work, sizeof(work), "%s.work", base);
+	ck_assert_int_eq(nxt_copy_image(base, work), 0);
+	/* Stock e2fsck frees it too (it processes the list). */
+	rc = nxt_fsck_capture(work, "-fy", out, sizeof(out));
+	ck_assert_msg(rc == 0 || rc == 1, "e2fsck -fy %d:\n%s", rc, out);
+	ck_assert_int_eq(nxt_fsck(work), 0);
+
+	vol = nxt_open(base);	/* frees the orphan */
+	ck_assert_uint_eq(vol->fs->super->s_last_orphan, 0);
+	ck_assert_uint_eq(ext2fs_free_blocks_count(vol->fs->super),
+			  free_before);
+	ck_assert_int_eq(nxt_close_and_fsck(vol, base), 0);
+	nxt_unlink(work);
+	nxt_unlink(base);
+}
+END_TEST
+
 static Suite *journal_suite(void)
 {
 	Suite *s = suite_create("journal");
@@ -357,6 +411,8 @@ static Suite *journal_suite(void)
 	tcase_add_loop_test(tc, test_escaped_block_survives_replay, 0,
 			    NJFLAVOURS);
 	tcase_add_loop_test(tc, test_nextfs_replays_debugfs, 0, NJFLAVOURS);
+	tcase_add_loop_test(tc, test_orphan_freed_after_crash, 0,
+			    NXT_NFLAVOURS);
 	suite_add_tcase(s, tc);
 	return s;
 }
