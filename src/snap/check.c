@@ -140,6 +140,7 @@ errcode_t nx_raw_open(const char *device, int rw, struct nx_rawvol **ret,
 	err = refuse_unreadable(raw, msg, msglen);
 	if (err)
 		goto fail;
+	raw->fs->default_bitmap_type = EXT2FS_BMAP64_RBTREE;	/* see volume.c */
 	err = ext2fs_read_bitmaps(raw->fs);
 	if (err) {
 		nx_set_msg(msg, msglen, "%s: cannot read the allocation bitmaps: "

@@ -696,6 +696,7 @@ errcode_t nx_imgsrc_open_export(struct nx_volume *vol, const char *name,
 	if (!err) {
 		/* Same snapshot, same bytes: times come from the take. */
 		efs->now = info.taken.tv_sec;
+		efs->default_bitmap_type = EXT2FS_BMAP64_RBTREE;
 		err = ext2fs_read_bitmaps(efs);
 	}
 	if (!err)

@@ -731,6 +731,7 @@ static errcode_t reopen(struct restorer *r)
 	r->raw->fs = r->fs;
 	r->fs->flags |= EXT2_FLAG_MASTER_SB_ONLY;
 	r->io = nx_blkio_from_channel(r->fs->io);
+	r->fs->default_bitmap_type = EXT2FS_BMAP64_RBTREE;	/* see volume.c */
 	return ext2fs_read_bitmaps(r->fs);
 }
 

@@ -291,6 +291,7 @@ errcode_t nx_snap_read_take_bitmap(struct nx_snapstore *store, int idx,
 	err = open_view_fs(store, store->snaps[idx]->ino, &vfs, &v);
 	if (err)
 		return err;
+	vfs->default_bitmap_type = EXT2FS_BMAP64_RBTREE;	/* see volume.c */
 	err = ext2fs_read_block_bitmap(vfs);
 	if (!err)
 		err = ext2fs_copy_bitmap(vfs->block_map, map);

@@ -245,6 +245,32 @@ static errcode_t check_geometry(ext2_filsys fs, char *msg, size_t msglen)
 	return err;
 }
 
+/*
+ * The allocator trusts the block bitmap: one that shows a group's own
+ * bitmaps or inode table as free would hand them out as file blocks.
+ * Read-write opens refuse it (the kernel's ext4_validate_block_bitmap).
+ */
+static errcode_t check_block_bitmap(ext2_filsys fs, char *msg, size_t msglen)
+{
+	blk64_t itab, zero;
+	dgrp_t g;
+
+	for (g = 0; g < fs->group_desc_count; g++) {
+		itab = ext2fs_inode_table_loc(fs, g);
+		if (ext2fs_test_block_bitmap2(fs->block_map,
+					      ext2fs_block_bitmap_loc(fs, g)) &&
+		    ext2fs_test_block_bitmap2(fs->block_map,
+					      ext2fs_inode_bitmap_loc(fs, g)) &&
+		    ext2fs_find_first_zero_block_bitmap2(fs->block_map, itab,
+				itab + fs->inode_blocks_per_group - 1, &zero))
+			continue;
+		nx_set_msg(msg, msglen, "the block bitmap shows metadata of "
+			   "group %u as free; run e2fsck", g);
+		return EXT2_ET_FILESYSTEM_CORRUPTED;
+	}
+	return 0;
+}
+
 static errcode_t open_fs(struct nx_volume *vol, char *msg, size_t msglen)
 {
 	int oflags = EXT2_FLAG_64BITS | EXT2_FLAG_FORCE | EXT2_FLAG_SKIP_MMP;
@@ -284,6 +310,12 @@ static errcode_t open_fs(struct nx_volume *vol, char *msg, size_t msglen)
 		return err;
 	vol->io = nx_blkio_from_channel(vol->fs->io);
 	nx_blkio_set_unit(vol->io, vol->fs->blocksize);
+	/*
+	 * libext2fs's default bitmaps are flat arrays: 32 MiB per bitmap on
+	 * 1 TiB, and nextfs keeps several per snapshot.  Red-black trees of
+	 * extents cost what the allocation pattern costs instead.
+	 */
+	vol->fs->default_bitmap_type = EXT2FS_BMAP64_RBTREE;
 	err = ext2fs_read_bitmaps(vol->fs);
 	if (err) {
 		nx_set_msg(msg, msglen, "%s: cannot read allocation bitmaps: %s",
@@ -292,6 +324,9 @@ static errcode_t open_fs(struct nx_volume *vol, char *msg, size_t msglen)
 	}
 	/* Before nx_snap_attach: cow.c's callbacks chain to ours. */
 	if (!nx_volume_rdonly(vol)) {
+		err = check_block_bitmap(vol->fs, msg, msglen);
+		if (err)
+			return err;
 		err = nx_meta_attach(vol);
 		if (err)
 			nx_set_msg(msg, msglen, "%s: %s", vol->device,
