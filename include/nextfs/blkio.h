@@ -106,6 +106,8 @@ struct nx_jblock;
 void nx_blkio_txn_begin(struct nx_blkio *io);
 void nx_blkio_txn_end(struct nx_blkio *io);
 size_t nx_blkio_held_count(const struct nx_blkio *io);
+/* The first error that refused a held write (the transaction is unsafe). */
+errcode_t nx_blkio_txn_failed(const struct nx_blkio *io);
 errcode_t nx_blkio_held_list(struct nx_blkio *io, struct nx_jblock **v,
 			     size_t *n);
 errcode_t nx_blkio_write_held(struct nx_blkio *io,

@@ -833,6 +833,8 @@ struct wctx {
 	uint64_t off, end;
 	char *bounce;			/* one block, allocated on demand */
 	uint64_t done;			/* bytes [off, off + done) are written */
+	struct nx_fmap_run *fresh;	/* runs this write allocated */
+	size_t nfresh, capfresh;
 };
 
 /* Write one whole block at PBLK: SRC at byte FROM of it, the rest filled. */
@@ -976,6 +978,24 @@ static errcode_t overwrite_run(struct wctx *w, blk64_t lblk, blk64_t *n,
 	return write_run(w, lblk, cnt, newp, FILL_OLD, pblk);
 }
 
+/* Remember that this write allocated [LBLK, LBLK + N) (unmap_unwritten). */
+static errcode_t note_fresh(struct wctx *w, blk64_t lblk, blk64_t n)
+{
+	if (w->nfresh == w->capfresh) {
+		size_t cap = w->capfresh ? 2 * w->capfresh : 8;
+		struct nx_fmap_run *v = realloc(w->fresh, cap * sizeof(*v));
+
+		if (!v)
+			return EXT2_ET_NO_MEMORY;
+		w->fresh = v;
+		w->capfresh = cap;
+	}
+	w->fresh[w->nfresh].lblk = lblk;
+	w->fresh[w->nfresh].len = n;
+	w->nfresh++;
+	return 0;
+}
+
 static errcode_t write_blocks(struct wctx *w)
 {
 	uint64_t bs = w->vol->fs->blocksize;
@@ -993,6 +1013,9 @@ static errcode_t write_blocks(struct wctx *w)
 			if (err)
 				return err;
 			n = run.len;
+			err = note_fresh(w, lblk, n);
+			if (err)
+				return err;
 			err = write_run(w, lblk, n, run.pblk, FILL_ZERO, 0);
 		} else if (run.uninit) {
 			err = write_run(w, lblk, n, run.pblk, FILL_ZERO, 0);
@@ -1007,6 +1030,29 @@ static errcode_t write_blocks(struct wctx *w)
 		w->done = min_u64(w->end, lblk * bs) - w->off;
 	}
 	return 0;
+}
+
+/*
+ * A write that failed part way (an I/O error on the device) may have
+ * mapped blocks it never filled: inside the file they would show stale
+ * bytes, past the end e2fsck would object.  Unmap what this write
+ * allocated from the first block it did not complete on; blocks it was
+ * overwriting keep their mapping and content.
+ */
+static void unmap_unwritten(struct wctx *w)
+{
+	uint64_t bs = w->vol->fs->blocksize;
+	blk64_t first = (w->off + w->done + bs - 1) / bs, from, to;
+	size_t i;
+
+	for (i = 0; i < w->nfresh; i++) {
+		from = w->fresh[i].lblk > first ? w->fresh[i].lblk : first;
+		to = w->fresh[i].lblk + w->fresh[i].len - 1;
+		if (from > to)
+			continue;
+		if (nx_file_punch_blocks(w->vol, w->ino, w->inode, from, to))
+			return;
+	}
 }
 
 static int is_nospace(errcode_t err)
@@ -1070,10 +1116,14 @@ errcode_t nx_file_write(struct nx_volume *vol, ext2_ino_t ino,
 			goto out;
 	}
 	err = nx_fmap_open(&w.map, vol, ino, &inode);
-	if (!err)
+	if (!err) {
 		err = write_blocks(&w);
+		if (err && !is_nospace(err))
+			unmap_unwritten(&w);
+	}
 	nx_fmap_close(&w.map);
 	free(w.bounce);
+	free(w.fresh);
 update:
 	if (w.done > 0) {
 		if (offset + w.done > EXT2_I_SIZE(&inode))

@@ -29,6 +29,7 @@ struct nx_blkio {
 	int in_hook;			/* hook is running: its writes are raw */
 	uint64_t hook_copies;		/* raw writes the hook issued */
 	int txn;			/* hold every metadata write (txn.c) */
+	errcode_t txn_failed;		/* a held write was refused: see below */
 	struct nx_blkio_stats stats;
 	/* write batching (see top of file) */
 	uint32_t unit;			/* block size batches hold; 0 = off */
@@ -462,6 +463,15 @@ static errcode_t hold_txn_range(struct nx_blkio *io, const void *buf,
 	char *tmp = NULL;
 	errcode_t err = call_hook(io, buf, len, offset);
 
+	/*
+	 * The hook could not preserve what this write would change (a copy
+	 * failed: I/O error, no space).  The write is refused, but libext2fs
+	 * may already have changed other state for it (a block freed into
+	 * the snapshot, a bitmap): from here the transaction cannot be
+	 * trusted, and txn.c will not commit it.
+	 */
+	if (err && !io->txn_failed)
+		io->txn_failed = err;
 	for (; !err && pos < end; pos += io->unit) {
 		uint64_t from = pos > offset ? pos : offset;
 		uint64_t to = pos + io->unit < end ? pos + io->unit : end;
@@ -577,6 +587,11 @@ void nx_blkio_txn_begin(struct nx_blkio *io)
 void nx_blkio_txn_end(struct nx_blkio *io)
 {
 	io->txn = 0;
+}
+
+errcode_t nx_blkio_txn_failed(const struct nx_blkio *io)
+{
+	return io->txn_failed;
 }
 
 size_t nx_blkio_held_count(const struct nx_blkio *io)

@@ -350,6 +350,25 @@ static errcode_t write_journaled(struct nx_txn *t)
 	return err;
 }
 
+/*
+ * Like the kernel's errors=remount-ro: after a failed commit or a refused
+ * metadata write, what memory holds may be half an operation.  Nothing
+ * more is committed; the device keeps the last commit (with a journal:
+ * exactly; without: as the ordered writes left it), and the volume turns
+ * read-only until it is opened again.
+ */
+static errcode_t fail_volume(struct nx_txn *t, errcode_t err)
+{
+	if (!t->error) {
+		t->error = err;
+		fprintf(stderr, "nextfs: %s: %s; the volume is read-only now "
+			"(the last commit is intact); unmount and mount it "
+			"again\n", t->vol->device, error_message(err));
+	}
+	t->vol->flags |= NX_VOL_RDONLY;
+	return t->error;
+}
+
 errcode_t nx_txn_commit(struct nx_volume *vol)
 {
 	struct nx_txn *t = vol->txn;
@@ -357,13 +376,18 @@ errcode_t nx_txn_commit(struct nx_volume *vol)
 
 	if (!t)
 		return 0;
+	if (t->error)
+		return t->error;
+	err = nx_blkio_txn_failed(vol->io);
+	if (err)
+		return fail_volume(t, err);
 	err = nx_snap_flush(vol);
 	if (!err)
+		err = nx_blkio_txn_failed(vol->io);
+	if (!err)
 		err = t->journal ? write_journaled(t) : write_ordered(t);
-	if (err) {
-		t->error = err;
-		return err;
-	}
+	if (err)
+		return fail_volume(t, err);
 	release_deferred(t);
 	t->dirty = 0;
 	return 0;

@@ -469,6 +469,11 @@ errcode_t nx_volume_close(struct nx_volume *vol)
 	if (!vol)
 		return 0;
 	if (vol->fs) {
+		/* A volume that failed (txn.c) keeps its last commit. */
+		if (nx_volume_rdonly(vol) && vol->txn) {
+			err = EIO;
+			nx_txn_abort(vol);
+		}
 		if (!nx_volume_rdonly(vol)) {
 			struct nx_blkio_stats st;
 

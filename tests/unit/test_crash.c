@@ -15,16 +15,17 @@
  *     the close.  It records the live manifest after every step and S2's
  *     manifest at its take, and asserts that every step succeeds and that
  *     S1 and S2 read back right while the volume is open.
- *  3. A control run: the same as each cut run with cut=T, i.e. no cut.
- *     Every check must pass: this is what proves the harness right.
+ *  3. A control run: the same path as each cut point, with a plan that
+ *     never cuts.  Every check must pass (strictly, also on ext2): this
+ *     is what proves the harness right.
  *  4. For each cut point N (1..min(T-1,40) plus NEXTFS_CRASH_POINTS,
  *     default 40, spread evenly up to T-1; "all" for every one): on a
  *     fresh copy of the base, a child process opens the volume with
  *     NEXTFS_FAULTS=cut=N:drop (writes after the Nth vanish, syncs still
  *     report success: a crash at write N from the disk's point of view),
- *     runs W ignoring every error after the cut, and closes.  Another
- *     child then opens the image WITHOUT faults (nx_volume_open does any
- *     recovery) and checks:
+ *     runs W up to the cut (after it only the close; errors after the
+ *     cut are ignored), and closes.  Another child then opens the image
+ *     WITHOUT faults (nx_volume_open does any recovery) and checks:
  *     (a) the open succeeds (and the close after the checks);
  *     (b) every snapshot whose take completed before the cut exists and
  *         its view matches its manifest exactly (S1 always, unless W had
@@ -42,6 +43,8 @@
  *         in every run;
  *     (d) after the close, stock e2fsck -fn on a copy with HAS_SNAPSHOT
  *         masked is clean and nx_check() reports no errors.
+ *     Also a failure: W reporting an error, or dying, before the cut.
+ *     (After the cut, dying is only a note: the disk is gone anyway.)
  *
  * The workload is built so that (c) is decidable: between two sync
  * points it overwrites in place only blocks that the active snapshot
@@ -58,13 +61,21 @@
  * (d) weakened to "repairable": e2fsck -fy on the masked copy leaves it
  * clean.  NEXTFS_CRASH_STRICT=1 asserts (c)/(d) on ext2 as well.
  *
- * Environment: NEXTFS_CRASH_POINTS=N|all, NEXTFS_CRASH_ONLY=N[,N...]
- * (just those cut points), NEXTFS_CRASH_FLAVOUR=ext2|ext3|ext4|ext4-inline
- * and NEXTFS_CRASH_VARIANT=0|1 (run only that; the others pass without
- * doing anything), NEXTFS_CRASH_STRICT=1, NEXTFS_KEEP_FAILED=1
- * (keep the crashed image of every failing cut point, before recovery,
- * and print its path).  Failing cut points are listed on stderr with
- * every finding, and in the failure message with the first one.
+ * Environment:
+ *   NEXTFS_CRASH_POINTS=N|all   how many cut points to spread (default 40)
+ *   NEXTFS_CRASH_ONLY=N[,N...]  just these cut points
+ *   NEXTFS_CRASH_FLAVOUR=ext2|ext3|ext4|ext4-inline, NEXTFS_CRASH_VARIANT=
+ *                               0|1: run only that (the others pass idle)
+ *   NEXTFS_CRASH_CONTINUE=1     run every step of W after the cut too,
+ *                               instead of going straight to the close
+ *   NEXTFS_CRASH_STRICT=1       (c) and (d) strictly on ext2 too
+ *   NEXTFS_KEEP_FAILED=1        keep the crashed image (before recovery)
+ *                               of every failing cut point
+ * Failing cut points are listed on stderr with every finding, and in the
+ * failure message with the first one.  The number of device writes can
+ * differ by a few from run to run (blocks whose bytes did not change are
+ * not rewritten, and that depends on timestamps), so a cut point N is
+ * about, not exactly, the same place in every run.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -141,7 +152,7 @@ struct ment {
 struct manifest {
 	int valid;
 	int n;
-	char err[160];			/* the walk failed: where and why */
+	char err[160];			/* why the walk failed */
 	struct ment e[MAX_ENT];
 };
 
@@ -397,7 +408,7 @@ struct wctx {
 	struct nx_volume *vol;
 	int strict;
 	int variant;			/* 1: W deletes S1 */
-	errcode_t err;			/* first error of the current step */
+	errcode_t err;			/* first error in this step */
 	char what[160];
 };
 
@@ -737,6 +748,9 @@ struct wlog {
 	uint64_t writes_done, writes_cut;
 	char err_before_cut[200];	/* an error with no cut yet */
 	char open_err[200];		/* the open with the plan failed */
+	/* the plan after the open: in shared memory, so that the parent
+	 * sees how far it got even if the child dies in a step */
+	struct nx_faults plan;
 	int done;
 };
 
@@ -745,12 +759,12 @@ struct wlog {
 #define F_B	0x02
 #define F_C	0x04
 #define F_D	0x08
-#define F_W	0x10			/* W failed or crashed before the cut */
+#define F_W	0x10			/* W failed before the cut */
 #define F_V	0x20			/* the verification crashed */
 
 struct vres {
 	int flags;			/* F_* of the problems */
-	int noteflags;			/* F_* of notes (lenient checks) */
+	int noteflags;			/* F_* of notes (lenient) */
 	int done;
 	char phase[64];
 	char text[12288];
@@ -788,7 +802,7 @@ static void vsay(struct vres *v, int note, int flag, const char *fmt, ...)
 /* ---------------------------------------------------------------- state */
 
 /* Recorded once per test (the children inherit them through fork). */
-static struct manifest man_s1;		/* S1 through its view, with times */
+static struct manifest man_s1;		/* S1 (view), with times */
 static struct manifest man_s2;		/* S2 at its take */
 static struct manifest man_live[NSTEPS];	/* live tree after step i */
 static int lenient;			/* ext2: (c) and (d) are notes */
@@ -798,7 +812,9 @@ static void run_workload(const char *image, const char *spec, int variant,
 			 int record, struct wlog *log)
 {
 	struct wctx w = { .variant = variant, .strict = record };
-	static struct nx_faults plan;
+	const char *c = getenv("NEXTFS_CRASH_CONTINUE");
+	int cont = c && !strcmp(c, "1");
+	struct nx_faults *plan = &log->plan;
 	struct nx_faults *envplan;
 	char msg[256];
 	errcode_t err;
@@ -827,25 +843,36 @@ static void run_workload(const char *image, const char *spec, int variant,
 	/* From now on count in a plan that outlives the volume. */
 	envplan = nx_blkio_faults(w.vol->io);
 	ck_assert_ptr_nonnull(envplan);
-	plan = *envplan;
-	nx_blkio_set_faults(w.vol->io, &plan);
-	log->cut_after[0] = nx_faults_cut(&plan);
+	*plan = *envplan;
+	nx_blkio_set_faults(w.vol->io, plan);
+	log->cut_after[0] = nx_faults_cut(plan);
+	log->writes_done = plan->writes_done;
+	log->writes_cut = plan->writes_cut;
 	if (record) {
 		manifest_of(w.vol, &man_live[0]);
 		ck_assert_msg(man_live[0].valid, "live: %s", man_live[0].err);
 	}
 	for (i = 1; i < NSTEPS; i++) {
+		/*
+		 * After the cut nothing reaches the disk any more, and reads
+		 * see the device without the dropped writes, which no real
+		 * crash lets a process see: skip to the close (which must
+		 * still not write anything), unless NEXTFS_CRASH_CONTINUE=1
+		 * asks to run every step anyway (robustness).
+		 */
+		if (log->writes_cut && i < NSTEPS - 1 && !cont)
+			continue;
 		log->cur = i;
 		log->started[i] = 1;
-		log->cut_before[i] = nx_faults_cut(&plan);
+		log->cut_before[i] = nx_faults_cut(plan);
 		w.err = 0;
 		w.what[0] = 0;
 		do_step(&w, i);
 		log->finished[i] = 1;
 		log->rc[i] = w.err;
-		log->cut_after[i] = nx_faults_cut(&plan);
-		log->writes_done = plan.writes_done;
-		log->writes_cut = plan.writes_cut;
+		log->cut_after[i] = nx_faults_cut(plan);
+		log->writes_done = plan->writes_done;
+		log->writes_cut = plan->writes_cut;
 		if (w.err && !log->cut_after[i] && !log->err_before_cut[0])
 			snprintf(log->err_before_cut,
 				 sizeof(log->err_before_cut), "step %d: %s",
@@ -888,8 +915,8 @@ static void run_workload(const char *image, const char *spec, int variant,
 		}
 	}
 	log->cur = NSTEPS;
-	log->writes_done = plan.writes_done;
-	log->writes_cut = plan.writes_cut;
+	log->writes_done = plan->writes_done;
+	log->writes_cut = plan->writes_cut;
 	log->done = 1;
 }
 
@@ -923,7 +950,7 @@ static void verify(const char *image, int variant, const struct wlog *log,
 	errcode_t err;
 
 	unsetenv("NEXTFS_FAULTS");
-	/* Which sync points completed, and which had started, before the cut. */
+	/* Which sync points completed, and which started, before the cut */
 	for (i = 0; i < NSTEPS; i++) {
 		if (!is_sync_point(i, variant))
 			continue;
@@ -945,6 +972,7 @@ static void verify(const char *image, int variant, const struct wlog *log,
 	err = nx_volume_open(image, 0, &vol, msg, sizeof(msg));
 	if (err) {
 		vsay(v, 0, F_A, "the volume does not open: %s", msg);
+		v->done = 1;
 		return;
 	}
 
@@ -1006,13 +1034,16 @@ static void verify(const char *image, int variant, const struct wlog *log,
 						 sizeof(other) - used, " %d",
 						 i);
 		man_diff(&man_live[last_done], &got, 0, d, sizeof(d));
+		char range[48] = "";
+
+		if (last_started > last_done)
+			snprintf(range, sizeof(range), " or a later one up to "
+				 "step %d", last_started);
 		vsay(v, lenient, F_C, "live tree is not the state of sync "
-		     "step %d (%s)%s%d; against step %d:%s; it equals the "
+		     "step %d (%s)%s; against step %d:%s; it equals the "
 		     "state after step(s):%s", last_done,
-		     steps[last_done].what,
-		     last_started > last_done ? " .. " : "",
-		     last_started > last_done ? last_started : last_done,
-		     last_done, d, other[0] ? other : " none");
+		     steps[last_done].what, range, last_done, d,
+		     other[0] ? other : " none");
 	}
 
 	snprintf(v->phase, sizeof(v->phase), "close");
@@ -1032,8 +1063,8 @@ static void verify(const char *image, int variant, const struct wlog *log,
 		if (rc) {
 			char *tail = strstr(out, "Pass 1");
 
-			vsay(v, lenient, F_D, "e2fsck -fn (masked) exit %d:\n%s",
-			     rc, tail ? tail : out);
+			vsay(v, lenient, F_D, "e2fsck -fn (masked) exit "
+			     "%d:\n%s", rc, tail ? tail : out);
 			if (lenient) {
 				int fy = nxt_fsck_capture(masked, "-fy", out,
 							  sizeof(out));
@@ -1143,11 +1174,11 @@ static int run_point(const char *base, const char *work, uint64_t n,
 	snprintf(a.spec, sizeof(a.spec), "cut=%llu:drop",
 		 (unsigned long long)n);
 	ck_assert_int_eq(nxt_copy_image(base, work), 0);
-	status = in_child(child_workload, &a, 30);
-	*cut = sh->log.writes_cut > 0 || sh->log.cut_after[0];
+	status = in_child(child_workload, &a, 10);
+	*cut = nx_faults_cut(&sh->log.plan) || sh->log.cut_after[0];
 	if (!WIFEXITED(status) || WEXITSTATUS(status) || !sh->log.done) {
 		int step = sh->log.cur;
-		int after_cut = step < NSTEPS && sh->log.cut_before[step];
+		int after_cut = nx_faults_cut(&sh->log.plan);
 
 		/* After the cut the disk is gone: a crash is just a crash. */
 		vsay(&sh->v, after_cut, F_W, "W %s in step %d (%s)%s",
