@@ -372,42 +372,47 @@ static int tag_is_known(uint16_t tag)
 
 /*
  * posix_acl_from_xattr(): the value the kernel hands us.  No value or a
- * bare header means "no ACL" (*ACL = NULL).
+ * bare header means "no ACL" (*ACL = NULL).  The value need not be
+ * aligned (FUSE passes it right after the name in the request), so the
+ * header and entries are copied out, not accessed in place.
  */
 static errcode_t acl_from_xattr(const void *value, size_t size,
 				struct acl **ret)
 {
-	const struct posix_acl_xattr_header *hdr = value;
-	const struct posix_acl_xattr_entry *xe;
+	struct posix_acl_xattr_header hdr;
+	struct posix_acl_xattr_entry xe;
+	const char *p;
 	struct acl *acl;
 	size_t count, i;
 
 	*ret = NULL;
 	if (!value || size == 0)
 		return 0;
-	if (size < sizeof(*hdr))
+	if (size < sizeof(hdr))
 		return EINVAL;
-	if (ext2fs_le32_to_cpu(hdr->a_version) != POSIX_ACL_XATTR_VERSION)
+	memcpy(&hdr, value, sizeof(hdr));
+	if (ext2fs_le32_to_cpu(hdr.a_version) != POSIX_ACL_XATTR_VERSION)
 		return EOPNOTSUPP;
-	if ((size - sizeof(*hdr)) % sizeof(*xe))
+	if ((size - sizeof(hdr)) % sizeof(xe))
 		return EINVAL;
-	count = (size - sizeof(*hdr)) / sizeof(*xe);
+	count = (size - sizeof(hdr)) / sizeof(xe);
 	if (count == 0)
 		return 0;
 	acl = acl_alloc(count);
 	if (!acl)
 		return ENOMEM;
-	xe = (const struct posix_acl_xattr_entry *)(hdr + 1);
-	for (i = 0; i < count; i++, xe++) {
+	p = (const char *)value + sizeof(hdr);
+	for (i = 0; i < count; i++, p += sizeof(xe)) {
 		struct acl_entry *e = &acl->e[i];
 
-		e->tag = ext2fs_le16_to_cpu(xe->e_tag);
-		e->perm = ext2fs_le16_to_cpu(xe->e_perm);
+		memcpy(&xe, p, sizeof(xe));
+		e->tag = ext2fs_le16_to_cpu(xe.e_tag);
+		e->perm = ext2fs_le16_to_cpu(xe.e_perm);
 		e->id = ACL_NO_ID;
 		if (!tag_is_known(e->tag))
 			goto invalid;
 		if (tag_has_id(e->tag)) {
-			e->id = ext2fs_le32_to_cpu(xe->e_id);
+			e->id = ext2fs_le32_to_cpu(xe.e_id);
 			if (e->id == ACL_NO_ID)
 				goto invalid;
 		}
