@@ -17,6 +17,13 @@ Environment (all optional; meson sets the first two):
   NEXTFS_TEST_TMPDIR  where images and mount points go (default: $TMPDIR
                     or /tmp)
   NEXTFS_KEEP_FAILED  "1": keep the image of a failed fsck and print its path
+
+Sanitizer builds (build-san/ of tests/run-suite.sh, meson
+-Db_sanitize=address,undefined): the daemon and the nextfs tool inherit
+ASAN_OPTIONS/UBSAN_OPTIONS from meson and print their reports on stderr.  The daemon's stderr is its log
+(daemon.log in the work directory); every report in it - also from a
+daemon the test killed on purpose, also a leak report at exit - fails the
+test, and so does a report in the output of any command run().
 """
 
 import contextlib
@@ -100,12 +107,45 @@ def tmp_root():
     return os.environ.get('NEXTFS_TEST_TMPDIR') or tempfile.gettempdir()
 
 
+# First line of an ASan/LSan/UBSan report (and of ASan's internal
+# failures); the UBSan line is "FILE:LINE:COL: runtime error: ...".
+SANITIZER_REPORT = re.compile(
+    r'^(==\d+==ERROR: \w*Sanitizer|==\d+==\w*Sanitizer CHECK failed'
+    r'|.*: runtime error: |SUMMARY: \w*Sanitizer)', re.M)
+
+
+def sanitizer_report(text, lines=80):
+    """The sanitizer report(s) in TEXT (from the first one on), or None."""
+    if not text:
+        return None
+    m = SANITIZER_REPORT.search(text)
+    if not m:
+        return None
+    start = text.rfind('\n', 0, m.start()) + 1
+    return tail_head(text[start:], lines)
+
+
+def tail_head(text, lines):
+    t = text.splitlines()
+    if len(t) > lines:
+        t = t[:lines] + ['... (%d lines cut)' % (len(t) - lines)]
+    return '\n'.join(t)
+
+
 def run(argv, check=True, **kw):
-    """subprocess.run with captured text output; raises with the output."""
+    """subprocess.run with captured text output; raises with the output.
+
+    A sanitizer report in the output raises even with CHECK false.
+    """
     kw.setdefault('stdout', subprocess.PIPE)
     kw.setdefault('stderr', subprocess.STDOUT)
     kw.setdefault('stdin', subprocess.DEVNULL)
     p = subprocess.run(argv, text=True, errors='replace', **kw)
+    for out in (p.stdout, p.stderr):
+        rep = sanitizer_report(out if isinstance(out, str) else None)
+        if rep:
+            raise AssertionError('%s: sanitizer report:\n%s' %
+                                 (' '.join(map(shlex.quote, argv)), rep))
     if check and p.returncode != 0:
         raise AssertionError('%s failed with status %d:\n%s' %
                              (' '.join(map(shlex.quote, argv)), p.returncode,
@@ -201,6 +241,7 @@ class Mount:
         self.user = user        # (uid, gid) for an unprivileged mount
         self.proc = None
         self.killed = False     # daemon killed on purpose by the test
+        self.log_start = 0      # this daemon's part of the (shared) log
 
     def p(self, *parts):
         """Path inside the mount."""
@@ -213,6 +254,22 @@ class Mount:
         except OSError:
             return ''
         return ''.join(text[-lines:])
+
+    def log_text(self):
+        """What this daemon wrote to the log."""
+        try:
+            with open(self.log_path, 'rb') as f:
+                f.seek(self.log_start)
+                return f.read().decode(errors='replace')
+        except OSError:
+            return ''
+
+    def check_sanitizer(self, problems):
+        """A sanitizer report in the daemon's log is a failure."""
+        rep = sanitizer_report(self.log_text())
+        if rep:
+            problems.append('sanitizer report in the daemon log %s:\n%s' %
+                            (self.log_path, rep))
 
     # -- start
 
@@ -249,6 +306,7 @@ class Mount:
             opts.append('allow_other')
         argv = self._fuse_argv(opts)
         with open(self.log_path, 'ab') as log:
+            self.log_start = log.tell()
             log.write(('$ %s\n' % ' '.join(map(shlex.quote, argv))).encode())
             log.flush()
             self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL,
@@ -369,6 +427,7 @@ def mounted(image, opts=(), user=None, check=True, workdir=None,
                 m.kill()            # never mounted: start() has failed
             else:
                 m.stop_daemon(problems, 10 if lazy else 60)
+            m.check_sanitizer(problems)
         try:
             os.rmdir(mnt)
         except OSError:
