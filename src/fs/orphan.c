@@ -184,7 +184,13 @@ errcode_t nx_orphans_recover(struct nx_volume *vol, unsigned *freed)
 	while (ino && n < sb->s_inodes_count) {
 		ext2_ino_t *grown;
 
-		if (ino < EXT2_FIRST_INO(sb) || ino > sb->s_inodes_count) {
+		/*
+		 * An inode that is not allocated is no orphan: releasing it
+		 * would free blocks that may be another file's now (the
+		 * kernel's ext4_orphan_get refuses it too).
+		 */
+		if (ino < EXT2_FIRST_INO(sb) || ino > sb->s_inodes_count ||
+		    !ext2fs_test_inode_bitmap2(vol->fs->inode_map, ino)) {
 			err = EXT2_ET_BAD_INODE_NUM;
 			break;
 		}

@@ -214,7 +214,7 @@ static errcode_t check_jsb(struct nx_journal *j, ext2_filsys fs,
 			   uint32_t inode_blocks, char *msg, size_t msglen)
 {
 	const unsigned char *sb = j->jsb;
-	uint32_t compat = get_be32(sb + JSB_COMPAT), fc;
+	uint32_t compat = get_be32(sb + JSB_COMPAT), fc, start;
 
 	if (get_be32(sb) != JBD2_MAGIC ||
 	    (get_be32(sb + 4) != JBD2_SB_V2 && get_be32(sb + 4) != JBD2_SB_V1)) {
@@ -253,13 +253,31 @@ static errcode_t check_jsb(struct nx_journal *j, ext2_filsys fs,
 			return EXT2_ET_CORRUPT_JOURNAL_SB;
 		j->last = j->maxlen - fc;
 	}
+	/* Replay starts reading the log there (read_jblock indexes phys). */
+	start = get_be32(sb + JSB_START);
+	if (start && (start < j->first || start >= j->last)) {
+		nx_set_msg(msg, msglen, "the journal superblock is corrupt "
+			   "(log start %u outside the log); run e2fsck", start);
+		return EXT2_ET_CORRUPT_JOURNAL_SB;
+	}
 	/* Room for a useful transaction in each half of the log. */
 	if ((j->last - j->first) / 2 < 8) {
 		nx_set_msg(msg, msglen, "the journal is too small to use");
 		return EXT2_ET_JOURNAL_TOO_SMALL;
 	}
-	if (has_csum(j))
+	if (has_csum(j)) {
+		unsigned char copy[JSB_SIZE];
+
+		/* Like the kernel: a journal superblock must checksum. */
+		memcpy(copy, sb, JSB_SIZE);
+		put_be32(copy + JSB_CHECKSUM, 0);
+		if (crc32c(~0U, copy, JSB_SIZE) != get_be32(sb + JSB_CHECKSUM)) {
+			nx_set_msg(msg, msglen, "the journal superblock checksum "
+				   "does not match; run e2fsck");
+			return EXT2_ET_CORRUPT_JOURNAL_SB;
+		}
 		j->csum_seed = crc32c(~0U, sb + JSB_UUID, 16);
+	}
 	return 0;
 }
 
@@ -730,15 +748,30 @@ static errcode_t replay_log(struct replay *r, unsigned char *b)
 	struct nx_journal *j = r->j;
 	struct replay_desc d = { r, get_be32(j->jsb + JSB_START),
 				 r->start_seq, NULL, 0 };
+	uint64_t steps = 0, limit = 2ULL * (j->last - j->first);
 	errcode_t err = 0;
 
 	d.data = malloc(j->bs);
 	if (!d.data)
 		return EXT2_ET_NO_MEMORY;
 	while (d.seq != r->end_seq && !err) {
+		if (steps++ >= limit) {
+			err = EXT2_ET_CORRUPT_JOURNAL_SB;
+			break;
+		}
 		err = read_jblock(j, d.pos, b);
 		if (err)
 			break;
+		/*
+		 * Pass 1 saw this block as part of transaction d.seq; if it
+		 * is not one now, a tag of ours was replayed over the log
+		 * (like the kernel's replay pass: check again, and stop
+		 * rather than walk on into stale transactions or forever).
+		 */
+		if (!header_ok(b, d.seq)) {
+			err = EXT2_ET_CORRUPT_JOURNAL_SB;
+			break;
+		}
 		if (get_be32(b + 4) == JBD2_DESCRIPTOR) {
 			for_each_tag(j, b, replay_tag, &d);
 			err = d.err;
