@@ -1,7 +1,9 @@
 /*
  * fuzz_image.c - libFuzzer harness: mutated images opened the way a
  * mount opens them (nx_volume_open read-only) and browsed, live tree and
- * every snapshot.  See README.md for building and running.
+ * every snapshot; or, with the flags byte's FZ_FLAG_RW, opened read-write
+ * (journal replay, orphans, copy-on-write), browsed, written to a little,
+ * closed, and opened again (nxb_rw_session).  See README.md.
  *
  * Inputs are patch programs over base images (imgpatch.h).  The custom
  * mutator below mostly leaves the bytes to libFuzzer's own mutations
@@ -101,7 +103,7 @@ static unsigned pick_offset(const struct fz_base *b, const struct fz_region *r,
 		return rnd(seed) % 64;
 	case 1:
 		/* A field of one inode (inode tables) or one entry. */
-		if (r->type == FZ_ITABLE)
+		if (r->type == FZ_ITABLE || r->type == FZ_ORPHAN)
 			return (rnd(seed) % (b->bs / isz)) * isz +
 			       (rnd(seed) % 40) * 4;
 		return (rnd(seed) % (b->bs / 4)) * 4;
@@ -165,7 +167,7 @@ size_t LLVMFuzzerCustomMutator(uint8_t *data, size_t size, size_t max_size,
 		data[1] = 0;
 		size = FZ_HEADER;
 	}
-	switch (rnd(&s) % 16) {
+	switch (rnd(&s) % 17) {
 	case 0: case 1: case 2: case 3: case 4:
 		n = add_record(data, size, max_size, &s);
 		return n ? n : LLVMFuzzerMutate(data, size, max_size);
@@ -176,7 +178,11 @@ size_t LLVMFuzzerCustomMutator(uint8_t *data, size_t size, size_t max_size,
 		return size;
 	case 7:
 		/* Stale checksums now and then: the rejection paths count. */
-		data[1] = rnd(&s) % 8 == 0;
+		data[1] = (data[1] & ~FZ_FLAG_STALE) |
+			  (rnd(&s) % 8 == 0 ? FZ_FLAG_STALE : 0);
+		return size;
+	case 8:
+		data[1] ^= FZ_FLAG_RW;		/* read-only <-> read-write */
 		return size;
 	default:
 		n = LLVMFuzzerMutate(data, size, max_size);

@@ -8,13 +8,17 @@
  *       writing a patch program by hand).
  *   nextfs-fuzz-tool corpus DIR
  *       Write the initial corpus: per base an empty program and one no-op
- *       record aimed at the first region of each kind.
+ *       record aimed at the first region of each kind, each once for the
+ *       read-only open and once for the read-write session.
  *   nextfs-fuzz-tool run INPUT...
  *       Run patch programs as the fuzzer does and print what the browse saw.
  *   nextfs-fuzz-tool materialize INPUT OUT.img
  *       Write the image a patch program produces (regression images).
  *   nextfs-fuzz-tool browse IMAGE...
  *       Open whole images read-only and browse them.
+ *   nextfs-fuzz-tool rw IMAGE...
+ *       The read-write session (nxb_rw_session) on a copy of each image
+ *       (in $TMPDIR); the image itself is not changed.
  *
  * Bases come from $NEXTFS_FUZZ_BASES (default: the build's fuzz/bases).
  * Exit status 1 when a run saw a contract violation, 2 on usage errors.
@@ -27,6 +31,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include <et/com_err.h>
+#include "fzjournal.h"
 #include "fzrun.h"
 
 #ifndef NX_FUZZ_BASES
@@ -55,8 +60,28 @@ static uint8_t *read_input(const char *path, size_t *len)
 
 static void print_stats(const char *what, const struct nxb_stats *st)
 {
-	if (st->open_err) {
-		printf("%s: refused: %s\n", what, st->open_msg[0] ?
+	if (st->rw && !st->open_err) {
+		printf("%s: read-write: %lu dirs, %lu entries, %lu files, "
+		       "%lu views, %lu clean errors; %s; %lu writes ok%s%s; "
+		       "close: %s\n", what, st->dirs, st->entries, st->files,
+		       st->views, st->errors, st->consistent ?
+		       "bitmaps agree with the inodes" :
+		       "bitmaps DISAGREE with the inodes (post-close contract "
+		       "waived)", st->writes_ok,
+		       st->left_open ? ", one file left open" : "",
+		       st->snap_taken ? ", snapshot taken" : "",
+		       st->close_err ? error_message(st->close_err) : "ok");
+		if (st->reopen_err)
+			printf("%s: reopen refused: %s\n", what,
+			       st->reopen_msg[0] ? st->reopen_msg :
+			       error_message(st->reopen_err));
+		else
+			printf("%s: reopened; second close: %s\n", what,
+			       st->close2_err ? error_message(st->close2_err) :
+			       "ok");
+	} else if (st->open_err) {
+		printf("%s: %srefused: %s\n", what, st->rw ? "read-write " : "",
+		       st->open_msg[0] ?
 		       st->open_msg : error_message(st->open_err));
 	} else {
 		printf("%s: %lu dirs, %lu entries, %lu files (%lu bytes), "
@@ -89,11 +114,14 @@ static int cmd_corpus(struct fz_state *s, const char *dir)
 		perror(dir);
 		return 2;
 	}
-	for (i = 0; i < s->nbases; i++) {
-		const struct fz_base *b = &s->bases[i];
-		uint8_t in[FZ_HEADER + FZ_RECORD_HDR + 1] = { i, 0 };
+	for (i = 0; i < 2 * s->nbases; i++) {
+		const struct fz_base *b = &s->bases[i / 2];
+		const char *mode = i % 2 ? "rw-" : "";
+		uint8_t in[FZ_HEADER + FZ_RECORD_HDR + 1] = {
+			i / 2, i % 2 ? FZ_FLAG_RW : 0 };
 
-		snprintf(path, sizeof(path), "%s/base%02d-empty", dir, i);
+		snprintf(path, sizeof(path), "%s/base%02d-%sempty", dir, i / 2,
+			 mode);
 		if (write_file(path, in, FZ_HEADER))
 			return 2;
 		for (t = 0; t < FZ_NTYPES; t++) {
@@ -111,8 +139,8 @@ static int cmd_corpus(struct fz_state *s, const char *dir)
 			in[FZ_HEADER + 4] = 0;
 			in[FZ_HEADER + 5] = 0;
 			in[FZ_HEADER + 6] = 0;
-			snprintf(path, sizeof(path), "%s/base%02d-%s", dir, i,
-				 fz_rtype_name(t));
+			snprintf(path, sizeof(path), "%s/base%02d-%s%s", dir,
+				 i / 2, mode, fz_rtype_name(t));
 			if (write_file(path, in, sizeof(in)))
 				return 2;
 		}
@@ -130,9 +158,20 @@ static int cmd_regions(struct fz_state *s, const char *arg)
 	for (r = 0; r < s->bases[i].nreg; r++) {
 		const struct fz_region *g = &s->bases[i].reg[r];
 
-		printf("%zu\tblock %llu\t%s\towner %u\tview %d\n", r,
+		printf("%zu\tblock %llu\t%s\towner %u\tview %d", r,
 		       (unsigned long long)g->phys, fz_rtype_name(g->type),
 		       g->owner, g->view);
+		if (g->type == FZ_JLOG && g->owner < s->bases[i].njlog) {
+			const struct fz_jlog *e = &s->bases[i].jlog[g->owner];
+			static const char *const kinds[] = {
+				"descriptor", "logged copy of block", "revoke",
+				"commit" };
+
+			printf("\t%s", kinds[e->kind & 3]);
+			if (e->kind == FZJ_K_DATA)
+				printf(" %llu", (unsigned long long)e->target);
+		}
+		putchar('\n');
 	}
 	return 0;
 }
@@ -175,11 +214,49 @@ static int cmd_browse(int argc, char **argv)
 	return bad;
 }
 
+/* The read-write session on a scratch copy of each image. */
+static int cmd_rw(int argc, char **argv)
+{
+	const char *tmp = getenv("TMPDIR");
+	char path[4096], buf[65536];
+	struct nxb_stats st;
+	int i, bad = 0;
+
+	for (i = 0; i < argc; i++) {
+		int in = open(argv[i], O_RDONLY | O_CLOEXEC), out;
+		ssize_t n = 0;
+
+		snprintf(path, sizeof(path), "%s/nextfs-fuzz-rw-XXXXXX",
+			 tmp && *tmp ? tmp : "/tmp");
+		out = mkstemp(path);
+		if (in < 0 || out < 0) {
+			perror(in < 0 ? argv[i] : path);
+			return 2;
+		}
+		while ((n = read(in, buf, sizeof(buf))) > 0)
+			if (write(out, buf, n) != n) {
+				n = -1;
+				break;
+			}
+		close(in);
+		if (close(out) || n < 0) {
+			perror(path);
+			unlink(path);
+			return 2;
+		}
+		if (nxb_rw_session(path, &st))
+			bad = 1;
+		print_stats(argv[i], &st);
+		unlink(path);
+	}
+	return bad;
+}
+
 static int usage(void)
 {
 	fprintf(stderr, "usage: nextfs-fuzz-tool describe | regions BASE | "
 		"corpus DIR | run INPUT... | materialize INPUT OUT.img | "
-		"browse IMAGE...\n");
+		"browse IMAGE... | rw IMAGE...\n");
 	return 2;
 }
 
@@ -194,6 +271,8 @@ int main(int argc, char **argv)
 		return usage();
 	if (!strcmp(argv[1], "browse"))
 		return cmd_browse(argc - 2, argv + 2);
+	if (!strcmp(argv[1], "rw"))
+		return cmd_rw(argc - 2, argv + 2);
 	if (fz_state_init(&s, NX_FUZZ_BASES))
 		return 2;
 	if (!strcmp(argv[1], "describe")) {

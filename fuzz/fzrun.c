@@ -147,6 +147,12 @@ int fz_run(struct fz_state *s, const uint8_t *input, size_t len,
 		perror("nextfs-fuzz: writing the image");
 		abort();
 	}
+	if (len >= FZ_HEADER && input[1] & FZ_FLAG_RW) {
+		ret = nxb_rw_session(s->dev, st);
+		/* The volume wrote anywhere: the next run rewrites it all. */
+		s->in_fd = NULL;
+		return ret;
+	}
 	ret = nxb_open_and_browse(s->dev, st);
 	restore(s);
 	return ret;

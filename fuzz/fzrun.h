@@ -37,7 +37,11 @@ void fz_state_free(struct fz_state *s);
 /* Print one line per base: size and regions per type. */
 void fz_state_describe(const struct fz_state *s, FILE *out);
 
-/* Run INPUT; 1 if a mask skipped it, -1 if nxbrowse saw a contract violation (see ST). */
+/*
+ * Run INPUT: read-only open and browse (nxb_open_and_browse), or with
+ * FZ_FLAG_RW in its flags byte the read-write session (nxb_rw_session).
+ * 1 if a mask skipped it, -1 if nxbrowse saw a contract violation (see ST).
+ */
 int fz_run(struct fz_state *s, const uint8_t *input, size_t len,
 	   struct nxb_stats *st);
 

@@ -19,11 +19,13 @@
 #include <et/com_err.h>
 #include "nextfs/snapshot.h"
 #include "snap_internal.h"
+#include "fzjournal.h"
 #include "imgpatch.h"
 
 static const char *const rtype_names[FZ_NTYPES] = {
 	"superblock", "group-desc", "block-bitmap", "inode-bitmap",
 	"inode-table", "extent", "indirect", "dir", "xattr", "symlink",
+	"orphan", "jsb", "jlog",
 };
 
 const char *fz_rtype_name(int type)
@@ -143,8 +145,12 @@ static void scan_inodes(struct scan *s)
 				   first);
 			last_itable_ino = first;
 		}
-		/* Reserved inodes other than the root hold nothing we read. */
-		if (ino < EXT2_FIRST_INO(fs->super) && ino != EXT2_ROOT_INO)
+		/*
+		 * Reserved inodes other than the root and the journal hold
+		 * nothing we read (the journal's map: read-write opens).
+		 */
+		if (ino < EXT2_FIRST_INO(fs->super) && ino != EXT2_ROOT_INO &&
+		    !(ino == fs->super->s_journal_inum && !s->view))
 			continue;
 		if (ext2fs_read_inode_full(fs, ino, (struct ext2_inode *)&inode,
 					   sizeof(inode)))
@@ -154,6 +160,132 @@ static void scan_inodes(struct scan *s)
 			continue;
 		scan_inode(s, ino, &inode);
 	}
+}
+
+/* Inode table blocks of the orphan chain (s_last_orphan, i_dtime, ...). */
+static void scan_orphans(struct scan *s)
+{
+	ext2_filsys fs = s->fs;
+	ext2_ino_t ino = fs->super->s_last_orphan;
+	unsigned ipb = fs->blocksize / EXT2_INODE_SIZE(fs->super);
+	struct ext2_inode inode;
+	int n;
+
+	for (n = 0; n < 64 && ino >= EXT2_FIRST_INO(fs->super) &&
+		    ino <= fs->super->s_inodes_count; n++) {
+		dgrp_t g = (ino - 1) / fs->super->s_inodes_per_group;
+		ext2_ino_t idx = (ino - 1) % fs->super->s_inodes_per_group;
+
+		add_region(s, FZ_ORPHAN,
+			   ext2fs_inode_table_loc(fs, g) + idx / ipb,
+			   ino - idx % ipb);
+		if (ext2fs_read_inode(fs, ino, &inode))
+			break;
+		ino = inode.i_dtime;
+	}
+}
+
+/* ---- the journal: its superblock and the log a replay would apply ---- */
+
+struct jscan {
+	struct fz_base *b;
+	blk64_t *map;			/* journal block -> image block */
+	uint32_t nmap;
+	struct fz_jlog *v;
+	uint32_t *seq;
+	size_t n, cap;
+};
+
+static const unsigned char *jscan_read(void *priv, uint32_t jblk)
+{
+	struct jscan *j = priv;
+	const struct fz_base *b = j->b;
+
+	if (jblk >= j->nmap || !j->map[jblk] ||
+	    j->map[jblk] >= b->size / b->bs)
+		return NULL;
+	return b->img + j->map[jblk] * b->bs;
+}
+
+static void jscan_emit(void *priv, const struct fzj_block *e)
+{
+	struct jscan *j = priv;
+
+	if (j->n == j->cap) {
+		size_t cap = j->cap ? 2 * j->cap : 64;
+		struct fz_jlog *v = realloc(j->v, cap * sizeof(*v));
+		uint32_t *seq = realloc(j->seq, cap * sizeof(*seq));
+
+		if (v)
+			j->v = v;
+		if (seq)
+			j->seq = seq;
+		if (!v || !seq)
+			return;
+		j->cap = cap;
+	}
+	j->v[j->n].phys = j->map[e->jblk];
+	j->v[j->n].kind = e->kind;
+	j->v[j->n].desc_phys = e->kind == FZJ_K_DATA ? j->map[e->desc_jblk] : 0;
+	j->v[j->n].tag_off = e->tag_off;
+	j->v[j->n].target = e->target;
+	j->seq[j->n] = e->seq;
+	j->n++;
+}
+
+static void scan_journal(struct scan *s)
+{
+	struct fz_base *b = s->b;
+	ext2_filsys fs = s->fs;
+	ext2_ino_t jino = fs->super->s_journal_inum;
+	struct jscan j = { .b = b };
+	struct ext2_inode inode;
+	struct fzj jr;
+	uint32_t i, done;
+	size_t k, keep = 0;
+
+	if (!ext2fs_has_feature_journal(fs->super) || !jino ||
+	    ext2fs_read_inode(fs, jino, &inode))
+		return;
+	j.nmap = EXT2_I_SIZE(&inode) / fs->blocksize;
+	if (!j.nmap || j.nmap > (1U << 20))
+		return;
+	j.map = calloc(j.nmap, sizeof(*j.map));
+	if (!j.map)
+		return;
+	for (i = 0; i < j.nmap; i++)
+		if (ext2fs_bmap2(fs, jino, &inode, NULL, 0, i, NULL,
+				 &j.map[i]))
+			j.map[i] = 0;
+	if (!j.map[0] || j.map[0] >= b->size / b->bs)
+		goto out;
+	b->jsb = j.map[0];
+	add_region(s, FZ_JSB, b->jsb, 0);
+	if (fzj_parse_sb(b->img + b->jsb * b->bs, b->bs, &jr))
+		goto out;
+	b->jseq = jr.seq;
+	b->jfirst = jr.first;
+	b->jmaxlen = jr.maxlen;
+	b->jstart = jr.start;
+	if (!jr.start || jr.last > j.nmap)
+		goto out;
+	done = fzj_walk(&jr, jr.start, jr.seq, jscan_read, jscan_emit, &j);
+	/* Only what a replay applies: the complete transactions. */
+	for (k = 0; k < j.n; k++)
+		if (j.seq[k] - jr.seq < done)
+			j.v[keep++] = j.v[k];
+	if (!keep)
+		goto out;
+	b->needs_recovery = 1;
+	b->jlog = j.v;
+	b->njlog = keep;
+	j.v = NULL;
+	for (k = 0; k < b->njlog; k++)
+		add_region(s, FZ_JLOG, b->jlog[k].phys, k);
+out:
+	free(j.v);
+	free(j.seq);
+	free(j.map);
 }
 
 static void scan_fs(struct fz_base *b, int view, size_t *cap)
@@ -176,6 +308,10 @@ static void scan_fs(struct fz_base *b, int view, size_t *cap)
 		add_region(&s, FZ_IBITMAP, ext2fs_inode_bitmap_loc(fs, g), g);
 	}
 	scan_inodes(&s);
+	if (!view) {
+		scan_orphans(&s);
+		scan_journal(&s);
+	}
 	*cap = s.cap;
 }
 
@@ -186,7 +322,10 @@ static int cmp_region(const void *a, const void *b)
 	if (x->phys != y->phys)
 		return x->phys < y->phys ? -1 : 1;
 	/* Prefer the live view's reading of a shared block. */
-	return (int)x->view - (int)y->view;
+	if (x->view != y->view)
+		return (int)x->view - (int)y->view;
+	/* An orphan's inode table block is of the rarer kind. */
+	return (x->type != FZ_ORPHAN) - (y->type != FZ_ORPHAN);
 }
 
 static void sort_regions(struct fz_base *b)
@@ -289,6 +428,34 @@ static errcode_t open_views(struct fz_base *b)
 	return err;
 }
 
+/*
+ * A read-only open refuses a journal that needs recovery: the copy the
+ * base is opened from (for regions and checksum parameters) has the
+ * needs_recovery flag cleared, so it shows the volume as it is on disk
+ * before replay.  The patched images keep the flag.
+ */
+static int open_as_recovered(struct fz_base *b)
+{
+	struct ext2_super_block sb;
+
+	if (b->size < SUPERBLOCK_OFFSET + SUPERBLOCK_SIZE)
+		return 0;
+	memcpy(&sb, b->img + SUPERBLOCK_OFFSET, sizeof(sb));
+	if (ext2fs_le16_to_cpu(sb.s_magic) != EXT2_SUPER_MAGIC ||
+	    !(ext2fs_le32_to_cpu(sb.s_feature_incompat) &
+	      EXT3_FEATURE_INCOMPAT_RECOVER))
+		return 0;
+	sb.s_feature_incompat = ext2fs_cpu_to_le32(
+		ext2fs_le32_to_cpu(sb.s_feature_incompat) &
+		~EXT3_FEATURE_INCOMPAT_RECOVER);
+	if (ext2fs_le32_to_cpu(sb.s_feature_ro_compat) &
+	    EXT4_FEATURE_RO_COMPAT_METADATA_CSUM)
+		sb.s_checksum = ext2fs_cpu_to_le32(ext2fs_crc32c_le(~0U,
+			(unsigned char *)&sb,
+			offsetof(struct ext2_super_block, s_checksum)));
+	return write_all(b->fd, &sb, sizeof(sb), SUPERBLOCK_OFFSET);
+}
+
 errcode_t fz_base_load(const char *path, struct fz_base *b, char *msg,
 		       size_t msglen)
 {
@@ -307,7 +474,8 @@ errcode_t fz_base_load(const char *path, struct fz_base *b, char *msg,
 		return err;
 	}
 	b->fd = memfd_create("nextfs-fuzz-base", MFD_CLOEXEC);
-	if (b->fd < 0 || write_all(b->fd, b->img, b->size, 0)) {
+	if (b->fd < 0 || write_all(b->fd, b->img, b->size, 0) ||
+	    open_as_recovered(b)) {
 		snprintf(msg, msglen, "%s: memfd: %s", path, strerror(errno));
 		return errno;
 	}
@@ -345,6 +513,7 @@ void fz_base_free(struct fz_base *b)
 		close(b->fd);
 	free(b->reg);
 	free(b->img);
+	free(b->jlog);
 	memset(b, 0, sizeof(*b));
 	b->fd = -1;
 }
@@ -489,6 +658,27 @@ static uint64_t interesting(const struct fz_base *b, uint8_t pick)
 	return v[pick % (sizeof(v) / sizeof(v[0]))];
 }
 
+/*
+ * The same for journal structures, whose fields are big-endian: values
+ * that matter to a replay (block types, tag flags, the magic, sequence
+ * numbers around the base's, log bounds, device bounds).
+ */
+static uint64_t interesting_journal(const struct fz_base *b, uint8_t pick)
+{
+	uint64_t blocks = ext2fs_blocks_count(b->vol->fs->super);
+	const uint64_t v[] = {
+		0, 1, 2, 3, 4, 5, 8, 0xa, 0xb, 0x10, 0x1f, 0x20, 0xff,
+		0xffff, 0x7fffffff, 0x80000000, 0xffffffff, ~0ULL,
+		0x100000000ULL, FZJ_MAGIC, b->jseq, b->jseq - 1, b->jseq + 1,
+		b->jseq + 2, b->jfirst, b->jfirst - 1, b->jmaxlen,
+		b->jmaxlen - 1, b->jmaxlen + 1, b->jstart, b->jstart + 1,
+		b->bs, b->bs / 2, 2 * b->bs, blocks - 1, blocks, blocks + 1,
+		b->jsb, 12, 16,
+	};
+
+	return v[pick % (sizeof(v) / sizeof(v[0]))];
+}
+
 /* Run the patch records; returns how many were applied. */
 static int apply_records(struct fz_work *w, const struct fz_base *b,
 			 const uint8_t *in, size_t len)
@@ -511,11 +701,15 @@ static int apply_records(struct fz_work *w, const struct fz_base *b,
 			uint8_t bytes[8];
 			unsigned i;
 
+			int be = rg->type == FZ_JSB || rg->type == FZ_JLOG;
+
 			if (pos >= len)
 				break;
-			val = interesting(b, in[pos++]);
+			val = be ? interesting_journal(b, in[pos++]) :
+				   interesting(b, in[pos++]);
 			for (i = 0; i < width; i++)
-				bytes[i] = (uint8_t)(val >> (8 * i));
+				bytes[i] = (uint8_t)(val >> (8 * (be ?
+						width - 1 - i : i)));
 			put_bytes(w, at, bytes, width, 0);
 			n++;
 			continue;
@@ -652,6 +846,7 @@ static void fix_region(struct fz_work *w, const struct fz_region *r)
 		fix_bitmap(w, r);
 		break;
 	case FZ_ITABLE:
+	case FZ_ORPHAN:
 		fix_itable(w, r);
 		break;
 	case FZ_EXTENT:
@@ -690,9 +885,118 @@ static void fix_super(struct fz_work *w, const struct fz_region *r)
 				   (blk_ptr(w, r->phys) + off));
 }
 
+/* ---- journal checksums (only when the journal has them) ---- */
+
+/* Journal parameters as a replay would read them: the patched jsb's. */
+static int journal_params(struct fz_work *w, struct fzj *j)
+{
+	const struct fz_base *b = w->base;
+
+	if (!b->jsb)
+		return -1;
+	if (!fzj_parse_sb(blk_ptr(w, b->jsb), b->bs, j))
+		return 0;
+	return fzj_parse_sb(b->img + b->jsb * b->bs, b->bs, j);
+}
+
+/*
+ * A logged copy: first the checksum of the metadata it holds (if its
+ * target is a metadata block we know; bitmaps' live in descriptors and
+ * are left), then its tag's checksum in the descriptor.
+ */
+static void fix_jlog_data(struct fz_work *w, const struct fzj *j,
+			  const struct fz_jlog *e)
+{
+	const struct fz_base *b = w->base;
+	const struct fz_region *t = fz_find_region(b, e->target);
+	unsigned char *desc, *tag;
+	uint32_t csum;
+
+	if (t && !t->view) {
+		struct fz_region r = *t;
+
+		r.phys = e->phys;
+		switch (t->type) {
+		case FZ_ITABLE:
+		case FZ_ORPHAN:
+		case FZ_EXTENT:
+		case FZ_DIR:
+		case FZ_XATTR:
+			fix_region(w, &r);
+			break;
+		case FZ_GDT:
+			fix_descs(w, &r);
+			break;
+		case FZ_SB:
+			fix_super(w, &r);
+			break;
+		}
+	}
+	if (!fzj_has_csum(j) || e->tag_off + 16 > b->bs)
+		return;
+	desc = blk_ptr(w, e->desc_phys);
+	mark_dirty(w, e->desc_phys);
+	/* Sequence: the descriptor's, which the replay checks it against. */
+	csum = fzj_data_csum(j, fzj_be32(desc + 8), blk_ptr(w, e->phys));
+	tag = desc + e->tag_off;
+	if (j->incompat & FZJ_INCOMPAT_CSUM_V3) {
+		fzj_put_be32(tag + 12, csum);
+	} else {
+		tag[4] = (uint8_t)(csum >> 8);
+		tag[5] = (uint8_t)csum;
+	}
+}
+
+/* crc32c of BLK (LEN bytes) with the 4-byte field at OFF zeroed, put there. */
+static void set_be_csum(unsigned char *blk, size_t len, size_t off,
+			uint32_t seed)
+{
+	fzj_put_be32(blk + off, 0);
+	fzj_put_be32(blk + off, ext2fs_crc32c_le(seed, blk, len));
+}
+
+/*
+ * Logged copies (and their tags), then descriptor and revoke block tails,
+ * commit blocks, the journal superblock.  A changed jsb (its UUID seeds
+ * every checksum) redoes them all.
+ */
+static void fix_journal(struct fz_work *w)
+{
+	const struct fz_base *b = w->base;
+	struct fzj j;
+	size_t k;
+	int all;
+
+	if (!b->jsb || journal_params(w, &j))
+		return;
+	all = w->dirty_map[b->jsb];
+	for (k = 0; k < b->njlog; k++)
+		if (b->jlog[k].kind == FZJ_K_DATA &&
+		    (all || w->dirty_map[b->jlog[k].phys]))
+			fix_jlog_data(w, &j, &b->jlog[k]);
+	if (!fzj_has_csum(&j))
+		return;
+	for (k = 0; k < b->njlog; k++) {
+		const struct fz_jlog *e = &b->jlog[k];
+		unsigned char *p = blk_ptr(w, e->phys);
+
+		if (!all && !w->dirty_map[e->phys])
+			continue;
+		mark_dirty(w, e->phys);
+		if (e->kind == FZJ_K_DESC || e->kind == FZJ_K_REVOKE)
+			set_be_csum(p, b->bs, b->bs - 4, j.seed);
+		else if (e->kind == FZJ_K_COMMIT)
+			set_be_csum(p, b->bs, 16, j.seed);
+	}
+	if (all)
+		set_be_csum(blk_ptr(w, b->jsb), FZJ_SB_SIZE, FZJ_SB_CHECKSUM,
+			    ~0U);
+}
+
 /*
  * Dependencies first: bitmaps change descriptors, descriptors have their
- * own checksum; the superblock's covers only itself.
+ * own checksum; the superblock's covers only itself.  The journal last:
+ * its checksums cover logged copies whatever they hold.
  */
 static void fix_checksums(struct fz_work *w)
 {
@@ -702,7 +1006,8 @@ static void fix_checksums(struct fz_work *w)
 	for (i = 0; i < n; i++) {
 		const struct fz_region *r = fz_find_region(b, w->dirty[i]);
 
-		if (r && r->type != FZ_GDT && r->type != FZ_SB)
+		if (r && r->type != FZ_GDT && r->type != FZ_SB &&
+		    r->type != FZ_JSB && r->type != FZ_JLOG)
 			fix_region(w, r);
 	}
 	for (i = 0; i < w->ndirty; i++) {
@@ -717,6 +1022,7 @@ static void fix_checksums(struct fz_work *w)
 		if (r && r->type == FZ_SB)
 			fix_super(w, r);
 	}
+	fix_journal(w);
 }
 
 const struct fz_base *fz_apply(struct fz_work *w, struct fz_base *bases,
@@ -728,7 +1034,7 @@ const struct fz_base *fz_apply(struct fz_work *w, struct fz_base *bases,
 	if (len <= FZ_HEADER)
 		return b;
 	apply_records(w, b, input, len);
-	if (!(input[1] & 1))
+	if (!(input[1] & FZ_FLAG_STALE))
 		fix_checksums(w);
 	return b;
 }

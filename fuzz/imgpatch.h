@@ -15,7 +15,9 @@
  *
  * Input format (all integers little endian; anything is valid):
  *   u8  base      index into the sorted base list (modulo their count)
- *   u8  flags     bit 0: leave checksums stale
+ *   u8  flags     bit 0: leave checksums stale; bit 1: read-write
+ *                 session instead of the read-only open (fzrun.h); the
+ *                 other bits mean nothing
  *   records, until the input ends (at most FZ_MAX_RECORDS):
  *     u8  op      bits 0-1: 0 overwrite, 1 xor, 2 raw overwrite at an
  *                 absolute image offset, 3 store an "interesting" value
@@ -35,14 +37,32 @@
 #include <ext2fs/ext2fs.h>
 #include "nextfs/volume.h"
 
+#define FZ_FLAG_STALE	0x01	/* leave checksums stale */
+#define FZ_FLAG_RW	0x02	/* read-write session */
+
 #define FZ_MAX_VIEWS	8
 #define FZ_MAX_RECORDS	64
 #define FZ_HEADER	2
 #define FZ_RECORD_HDR	6
 
+/*
+ * FZ_ORPHAN: an inode table block holding an inode of the superblock's
+ * orphan chain (s_last_orphan, then i_dtime); FZ_JSB: the journal
+ * superblock; FZ_JLOG: a block of a transaction the journal would replay
+ * (descriptor, logged copy, revoke or commit block; fz_base.jlog).
+ */
 enum fz_rtype {
 	FZ_SB, FZ_GDT, FZ_BBITMAP, FZ_IBITMAP, FZ_ITABLE, FZ_EXTENT, FZ_IND,
-	FZ_DIR, FZ_XATTR, FZ_SYMLINK, FZ_NTYPES
+	FZ_DIR, FZ_XATTR, FZ_SYMLINK, FZ_ORPHAN, FZ_JSB, FZ_JLOG, FZ_NTYPES
+};
+
+/* A log block of a transaction to replay (region FZ_JLOG, owner = index). */
+struct fz_jlog {
+	blk64_t phys;
+	int kind;			/* FZJ_K_* (fzjournal.h) */
+	blk64_t desc_phys;		/* logged copy: its descriptor block */
+	size_t tag_off;			/* ... and its tag there */
+	blk64_t target;			/* ... and the block it replays to */
 };
 
 struct fz_region {
@@ -67,9 +87,19 @@ struct fz_base {
 	struct nx_volume *views[FZ_MAX_VIEWS];
 	int view_idx[FZ_MAX_VIEWS];	/* snapshot index of each view */
 	int nviews;
+	/* The journal: superblock block (0: none) and what it would replay. */
+	blk64_t jsb;
+	uint32_t jseq, jfirst, jmaxlen, jstart;
+	struct fz_jlog *jlog;
+	size_t njlog;
+	int needs_recovery;		/* the base's journal holds transactions */
 };
 
-/* Load image PATH as a base (opened read-only, regions enumerated). */
+/*
+ * Load image PATH as a base (opened read-only, regions enumerated).  A
+ * base whose journal needs recovery is opened as it is on disk, before
+ * replay (the flag is cleared in the private copy that is opened).
+ */
 errcode_t fz_base_load(const char *path, struct fz_base *b, char *msg,
 		       size_t msglen);
 void fz_base_free(struct fz_base *b);

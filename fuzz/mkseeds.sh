@@ -8,6 +8,8 @@
 # block images of each flavour, some with snapshots) and OUTDIR/corpus/
 # (one no-op patch program per base and metadata kind), then touches
 # OUTDIR/seeds.stamp.  meson runs this at build time with -Dfuzz=true.
+# Bases 08-10 are left with a journal to replay and an orphan (see the
+# "crash" and "orphan:" steps of nextfs-fuzz-workload).
 set -euo pipefail
 
 [ $# -eq 4 ] || { sed -n '2,12s/^# \{0,1\}//p' "$0" >&2; exit 2; }
@@ -34,6 +36,28 @@ base()
 		echo "mkseeds.sh: $name is not e2fsck clean" >&2
 		exit 1
 	fi
+	case " $* " in
+	*" crash "*) replayed "$name" "$img" "$*" ;;
+	esac
+}
+
+# A base left with a journal to replay: stock e2fsck replays it and frees
+# the orphan on a copy, which must then be clean (unless it has snapshots,
+# which stock e2fsck does not know).
+replayed()
+{
+	local name=$1 img=$2 steps=$3 copy=$OUT/bases/.check.tmp
+	case " $steps " in *" take:"*) return 0 ;; esac
+	cp -- "$img" "$copy"
+	"$E2FSCK" -fy "$copy" >/dev/null 2>&1 || [ $? -eq 1 ] || {
+		echo "mkseeds.sh: e2fsck cannot replay $name" >&2
+		exit 1
+	}
+	if ! "$E2FSCK" -fn "$copy" >/dev/null 2>&1; then
+		echo "mkseeds.sh: $name is not clean after e2fsck's replay" >&2
+		exit 1
+	fi
+	rm -f -- "$copy"
 }
 
 base 00-ext2		ext2		512K	""
@@ -48,6 +72,14 @@ base 06-ext4-inline-snap ext4-inline	1M	"-O ^has_journal" \
 	take:a churn:1 take:b churn:2 take:c churn:3 delete:b
 base 07-ext3-snap	ext3		3M	"-J size=1" \
 	take:only churn:1
+# Journals that need replay (a commit cut off right after its commit
+# block) and an orphan (a file unlinked while open, committed before).
+base 08-ext3-replay	ext3		3M	"-J size=1" \
+	orphan:held crash churn:1
+base 09-ext4-replay	ext4		3M	"-J size=1" \
+	orphan:held crash churn:1
+base 10-ext4-snap-replay ext4		3M	"-J size=1" \
+	take:first churn:1 orphan:held crash churn:2
 
 NEXTFS_FUZZ_BASES=$OUT/bases "$TOOL" corpus "$OUT/corpus"
 NEXTFS_FUZZ_BASES=$OUT/bases "$TOOL" describe >"$OUT/bases/README"

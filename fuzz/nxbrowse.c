@@ -1,5 +1,6 @@
 /*
- * nxbrowse.c - bounded, read-only tour of a volume and its snapshots.
+ * nxbrowse.c - bounded, read-only tour of a volume and its snapshots, and
+ * the read-write session built around it (nxb_rw_session, at the end).
  *
  * Everything is capped (depth, directories, entries, bytes) so that a
  * corrupt image cannot make one run take long; a real hang inside a
@@ -418,5 +419,294 @@ int nxb_open_and_browse(const char *path, struct nxb_stats *st)
 	if (err)
 		violation(st, "read-only nx_volume_close failed: %s",
 			  error_message(err));
+	return st->violations ? -1 : 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* read-write sessions                                                */
+/* ------------------------------------------------------------------ */
+
+errcode_t nxb_disk_state(const char *path, uint32_t *jstart,
+			 uint32_t *last_orphan)
+{
+	int flags = EXT2_FLAG_64BITS | EXT2_FLAG_FORCE | EXT2_FLAG_SKIP_MMP |
+		    EXT2_FLAG_IGNORE_CSUM_ERRORS;
+	struct ext2_inode inode;
+	unsigned char *buf = NULL;
+	ext2_filsys fs;
+	blk64_t blk = 0;
+	errcode_t err;
+
+	*jstart = 0;
+	*last_orphan = 0;
+	err = ext2fs_open2(path, NULL, flags, 0, 0, unix_io_manager, &fs);
+	if (err)
+		return err;
+	*last_orphan = fs->super->s_last_orphan;
+	if (!ext2fs_has_feature_journal(fs->super) ||
+	    !fs->super->s_journal_inum)
+		goto out;
+	err = ext2fs_read_inode(fs, fs->super->s_journal_inum, &inode);
+	if (!err)
+		err = ext2fs_bmap2(fs, fs->super->s_journal_inum, &inode, NULL,
+				   0, 0, NULL, &blk);
+	if (!err && !blk)
+		err = EXT2_ET_BAD_BLOCK_NUM;
+	if (!err)
+		err = ext2fs_get_mem(fs->blocksize, &buf);
+	if (!err)
+		err = io_channel_read_blk64(fs->io, blk, 1, buf);
+	/* Big endian, at 0x1C of the journal superblock. */
+	if (!err)
+		*jstart = (uint32_t)buf[0x1c] << 24 | (uint32_t)buf[0x1d] << 16 |
+			  (uint32_t)buf[0x1e] << 8 | buf[0x1f];
+	ext2fs_free_mem(&buf);
+out:
+	ext2fs_close_free(&fs);
+	return err;
+}
+
+/* Note a result of the write workload: errors fine, odd codes not. */
+static int wnote(struct nxb_walk *w, errcode_t err, const char *what)
+{
+	if (!err)
+		w->st->writes_ok++;
+	return note_err(w, err, what);
+}
+
+/*
+ * The write workload: a handful of fs-layer calls, bounded.  Sets
+ * *LEFT_OPEN to the inode it unlinked but did not release.
+ */
+static void rw_workload(struct nx_volume *vol, struct nxb_stats *st,
+			ext2_ino_t *left_open)
+{
+	struct nxb_walk w = { .vol = vol, .st = st };
+	struct nx_snapinfo info;
+	struct statvfs sv;
+	ext2_ino_t ino = 0, dir = 0, open_ino = 0, victim = 0;
+	size_t done = 0, i;
+	char *buf = malloc(NXB_READ_CHUNK);
+	errcode_t err;
+
+	*left_open = 0;
+	if (!buf)
+		return;
+	for (i = 0; i < NXB_READ_CHUNK; i++)
+		buf[i] = (char)('A' + (i * 7 + i / 1021) % 26);
+	err = nx_mknod(vol, &w.cred, EXT2_ROOT_INO, "fz-new", S_IFREG | 0644,
+		       0, &ino);
+	if (!wnote(&w, err, "nx_mknod")) {
+		err = nx_file_write(vol, ino, buf, NXB_READ_CHUNK, 0, &done);
+		if (!wnote(&w, err, "nx_file_write") && done > NXB_READ_CHUNK)
+			violation(st, "nx_file_write(ino %u) wrote %zu > %u",
+				  ino, done, NXB_READ_CHUNK);
+	}
+	wnote(&w, nx_mkdir(vol, &w.cred, EXT2_ROOT_INO, "fz-dir", 0755, &dir),
+	      "nx_mkdir");
+	err = nx_mknod(vol, &w.cred, EXT2_ROOT_INO, "fz-open", S_IFREG | 0644,
+		       0, &open_ino);
+	if (!wnote(&w, err, "nx_mknod")) {
+		wnote(&w, nx_file_write(vol, open_ino, buf, 3000, 0, &done),
+		      "nx_file_write");
+		/* Unlinked while "open": no nx_inode_release, an orphan. */
+		err = nx_unlink(vol, &w.cred, EXT2_ROOT_INO, "fz-open",
+				&victim);
+		if (!wnote(&w, err, "nx_unlink") && victim)
+			*left_open = victim;
+	}
+	if (!nx_volume_statfs(vol, &sv) && sv.f_bfree > 64) {
+		err = nx_snap_take(vol, "fz-snap", &info);
+		if (!wnote(&w, err, "nx_snap_take"))
+			st->snap_taken = 1;
+	}
+	/* After the take: the active snapshot preserves the old block. */
+	if (ino) {
+		memset(buf, 'z', 1024);
+		wnote(&w, nx_file_write(vol, ino, buf, 1024, 0, &done),
+		      "nx_file_write");
+	}
+	wnote(&w, nx_volume_sync(vol), "nx_volume_sync");
+	free(buf);
+}
+
+/*
+ * Does the allocation state agree with the inodes?  Every inode in use
+ * (links, mode, no dtime) is marked in the inode bitmap, and every block
+ * of its map (data and map blocks; reserved inodes: the root's and the
+ * journal's) is marked in the block bitmap and claimed by no other inode.
+ * If not, a write may reuse a block or an inode that is still in use -
+ * as the kernel's ext4 would; finding that is e2fsck's job - so what the
+ * next open finds is no longer nextfs's contract.  Snapshot files are
+ * left out (their maps are the snapshot engine's, checked by it).
+ */
+struct claim {
+	ext2_filsys fs;
+	ext2fs_block_bitmap claimed;
+	int bad;
+};
+
+static int claim_block(ext2_filsys fs, blk64_t *blocknr, e2_blkcnt_t blockcnt,
+		       blk64_t ref_blk, int ref_offset, void *priv)
+{
+	struct claim *c = priv;
+	blk64_t b = *blocknr;
+
+	if (b < fs->super->s_first_data_block ||
+	    b >= ext2fs_blocks_count(fs->super) ||
+	    !ext2fs_test_block_bitmap2(fs->block_map, b) ||
+	    ext2fs_test_block_bitmap2(c->claimed, b)) {
+		c->bad = 1;
+		return BLOCK_ABORT;
+	}
+	ext2fs_mark_block_bitmap2(c->claimed, b);
+	return 0;
+}
+
+static int accounting_ok(struct nx_volume *vol)
+{
+	ext2_filsys fs = vol->fs;
+	struct claim c = { .fs = fs };
+	struct ext2_inode_large inode;
+	ext2_inode_scan scan = NULL;
+	ext2_ino_t ino;
+	errcode_t err;
+
+	if (ext2fs_allocate_block_bitmap(fs, "claimed", &c.claimed))
+		return 0;
+	if (ext2fs_open_inode_scan(fs, 0, &scan)) {
+		c.bad = 1;
+		goto out;
+	}
+	/* Every inode table, whatever INODE_UNINIT says (it may lie). */
+	ext2fs_inode_scan_flags(scan, 0, EXT2_SF_DO_LAZY);
+	while (!c.bad) {
+		err = ext2fs_get_next_inode_full(scan, &ino,
+				(struct ext2_inode *)&inode, sizeof(inode));
+		if (err == EXT2_ET_BAD_BLOCK_IN_INODE_TABLE ||
+		    err == EXT2_ET_INODE_CSUM_INVALID ||
+		    err == EXT2_ET_INODE_IS_GARBAGE)
+			continue;
+		if (err) {
+			c.bad = 1;
+			break;
+		}
+		if (!ino)
+			break;
+		if (!inode.i_links_count || !inode.i_mode || inode.i_dtime ||
+		    inode.i_flags & EXT4_SNAPFILE_FL)
+			continue;
+		if (ino < EXT2_FIRST_INO(fs->super) && ino != EXT2_ROOT_INO &&
+		    ino != fs->super->s_journal_inum)
+			continue;
+		if (!ext2fs_test_inode_bitmap2(fs->inode_map, ino)) {
+			c.bad = 1;
+			break;
+		}
+		if (ext2fs_file_acl_block(fs, (struct ext2_inode *)&inode) &&
+		    !ext2fs_test_block_bitmap2(fs->block_map,
+				ext2fs_file_acl_block(fs,
+					(struct ext2_inode *)&inode))) {
+			c.bad = 1;
+			break;
+		}
+		if (!ext2fs_inode_has_valid_blocks2(fs,
+					(struct ext2_inode *)&inode))
+			continue;
+		if (ext2fs_block_iterate3(fs, ino, BLOCK_FLAG_READ_ONLY, NULL,
+					  claim_block, &c))
+			c.bad = 1;
+	}
+out:
+	if (scan)
+		ext2fs_close_inode_scan(scan);
+	ext2fs_free_block_bitmap(c.claimed);
+	return !c.bad;
+}
+
+/* After a successful close: the journal is empty, no stray orphans. */
+static void check_closed(const char *path, struct nxb_stats *st,
+			 int left_open, const char *which)
+{
+	uint32_t jstart = 0, orphan = 0;
+	errcode_t err = nxb_disk_state(path, &jstart, &orphan);
+
+	if (err)
+		violation(st, "%s close succeeded, but libext2fs cannot read "
+			  "the volume back: %s", which, error_message(err));
+	else if (jstart)
+		violation(st, "%s close succeeded with the journal not empty "
+			  "(s_start %u)", which, jstart);
+	else if (orphan && !left_open)
+		violation(st, "%s close succeeded with s_last_orphan %u and "
+			  "nothing left open", which, orphan);
+}
+
+/* One read-write open; NULL if refused (*ERR, MSG say why). */
+static struct nx_volume *rw_open(const char *path, struct nxb_stats *st,
+				 errcode_t *err, char *msg, size_t msglen)
+{
+	struct nxb_walk w = { .st = st };
+	struct nx_volume *vol = NULL;
+
+	*err = nx_volume_open(path, 0, &vol, msg, msglen);
+	if (*err) {
+		note_err(&w, *err, "nx_volume_open");
+		st->errors--;		/* a refusal is an expected outcome */
+		return NULL;
+	}
+	if (vol->fs->super->s_last_orphan)
+		violation(st, "read-write open left s_last_orphan %u",
+			  vol->fs->super->s_last_orphan);
+	return vol;
+}
+
+int nxb_rw_session(const char *path, struct nxb_stats *st)
+{
+	struct nxb_walk w = { .st = st };
+	struct nx_volume *vol;
+	ext2_ino_t left_open = 0;
+	errcode_t err;
+
+	memset(st, 0, sizeof(*st));
+	st->rw = 1;
+	st->reopen_err = -1;
+	vol = rw_open(path, st, &st->open_err, st->open_msg,
+		      sizeof(st->open_msg));
+	if (!vol)
+		return st->violations ? -1 : 0;
+	nx_volume_lock(vol);
+	st->consistent = accounting_ok(vol);
+	nxb_browse(vol, st);
+	rw_workload(vol, st, &left_open);
+	nx_volume_unlock(vol);
+	st->left_open = left_open != 0;
+	err = nx_volume_close(vol);
+	st->close_err = err;
+	if (err)
+		note_err(&w, err, "nx_volume_close");
+	else if (st->consistent)
+		check_closed(path, st, st->left_open, "first");
+
+	/* Again: the orphan is freed, the journal has nothing to replay. */
+	vol = rw_open(path, st, &st->reopen_err, st->reopen_msg,
+		      sizeof(st->reopen_msg));
+	if (!vol) {
+		if (!st->close_err && st->consistent)
+			violation(st, "second read-write open refused after a "
+				  "clean close: %s", st->reopen_msg[0] ?
+				  st->reopen_msg :
+				  error_message(st->reopen_err));
+		return st->violations ? -1 : 0;
+	}
+	nx_volume_lock(vol);
+	nxb_browse(vol, st);
+	nx_volume_unlock(vol);
+	err = nx_volume_close(vol);
+	st->close2_err = err;
+	if (err)
+		note_err(&w, err, "nx_volume_close");
+	else if (st->consistent)
+		check_closed(path, st, 0, "second");
 	return st->violations ? -1 : 0;
 }

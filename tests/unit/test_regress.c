@@ -7,12 +7,20 @@
  * snapshot view).  The file name says what is expected:
  *   open-*.img    must open; the walk must end without a contract breach
  *   refuse-*.img  nx_volume_open() must refuse it with a message
+ *   rw-*.img      the fuzzer's read-write session (nxb_rw_session: open
+ *                 read-write - journal replay, orphans -, browse, a small
+ *                 write workload, close, open again, browse, close) on a
+ *                 scratch copy must end without a contract breach; the
+ *                 volume may be refused
+ *   rw-refuse-*.img  the same, and the read-write open must refuse it
+ *                 with a message
  * Crashes and memory errors show up as test errors, and as sanitizer
  * reports in a -Db_sanitize=address,undefined build (fuzz/README.md).
  * images/regress/README lists what each image once did.
  */
 #include <dirent.h>
 #include <libgen.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -90,6 +98,30 @@ START_TEST(test_images_present)
 }
 END_TEST
 
+/* The read-write session on a scratch copy of PATH. */
+static void rw_image(const char *name, const char *path)
+{
+	const char *tmp = getenv("TMPDIR");
+	char work[PATH_MAX];
+	struct nxb_stats st;
+	int fd, ret;
+
+	snprintf(work, sizeof(work), "%s/nxregress-XXXXXX",
+		 tmp && *tmp ? tmp : "/tmp");
+	fd = mkstemp(work);
+	ck_assert_msg(fd >= 0, "mkstemp %s", work);
+	close(fd);
+	ck_assert_int_eq(nxt_copy_image(path, work), 0);
+	ret = nxb_rw_session(work, &st);
+	unlink(work);
+	ck_assert_msg(ret == 0, "%s: %s", name, st.violation);
+	if (!strncmp(name, "rw-refuse-", 10)) {
+		ck_assert_msg(st.open_err != 0, "%s opened read-write", name);
+		ck_assert_msg(st.open_msg[0], "%s: refused without a message",
+			      name);
+	}
+}
+
 START_TEST(test_image)
 {
 	const char *name = images[_i];
@@ -98,6 +130,10 @@ START_TEST(test_image)
 	int ret;
 
 	snprintf(path, sizeof(path), "%s/%s", regress_dir, name);
+	if (!strncmp(name, "rw-", 3)) {
+		rw_image(name, path);
+		return;
+	}
 	ret = nxb_open_and_browse(path, &st);
 	ck_assert_msg(ret == 0, "%s: %s", name, st.violation);
 	if (!strncmp(name, "refuse-", 7)) {
@@ -106,7 +142,7 @@ START_TEST(test_image)
 			      name);
 	} else {
 		ck_assert_msg(!strncmp(name, "open-", 5),
-			      "%s: name must start with open- or refuse-",
+			      "%s: name must start with open-, refuse- or rw-",
 			      name);
 		ck_assert_msg(st.open_err == 0, "%s: %s", name, st.open_msg);
 		ck_assert_msg(st.dirs > 0, "%s: root not listed", name);
