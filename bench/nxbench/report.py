@@ -103,8 +103,9 @@ def _summarize_snapshots(res):
     r1 = _sub(costs, 'randwrite_snap', 'iops')
     s['randwrite_nosnap_iops'], s['randwrite_snap_iops'] = r0, r1
     s['randwrite_ratio'] = _ratio(r1, r0)
-    s['randwrite_verdict'] = verdict(s['randwrite_ratio'],
-                                     SNAP_OVERWRITE_MIN)
+    # Issue 5 sets a target for the sequential overwrite only; the random
+    # one is shown for information (bench/README.md), without a verdict.
+    s['randwrite_verdict'] = 'no target'
     s['amplification'] = _sub(costs, 'overwrite_snap', 'amplification')
     s['amplification_nosnap'] = _sub(costs, 'overwrite_nosnap',
                                      'amplification')
@@ -238,9 +239,8 @@ def _print_snapshots(res, out):
          _fmt(s.get('randwrite_nosnap_iops'), ' IOPS'), ''),
         ('rand 4k overwrite, 1 snapshot',
          _fmt(s.get('randwrite_snap_iops'), ' IOPS'),
-         'ratio %s (>=%g %s)' % (_fmt(s.get('randwrite_ratio')),
-                                 SNAP_OVERWRITE_MIN,
-                                 s.get('randwrite_verdict'))),
+         'ratio %s (no target; for information)' %
+         _fmt(s.get('randwrite_ratio'))),
         ('bytes written/byte overwritten',
          _fmt(s.get('amplification')),
          '(<=%g %s; without a snapshot: %s)' % (

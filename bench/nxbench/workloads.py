@@ -143,13 +143,16 @@ def fio(session, name, path, rw, size, io_size, direct, extra=()):
 
     Data verification: every job writes crc32c-checked blocks (verified
     after the write phase) or checks them on read.  A verification error
-    makes fio fail, and so the workload.
+    makes fio fail, and so the workload.  (verify_state_save=0: fio
+    would otherwise leave a *-verify.state file in the current
+    directory.)
     """
     argv = ['fio', '--name=' + name, '--filename=' + path,
             '--rw=' + rw, '--size=%d' % size, '--io_size=%d' % io_size,
             '--ioengine=psync', '--direct=%d' % int(direct),
             '--fallocate=none', '--randrepeat=1', '--verify=crc32c',
-            '--verify_fatal=1', '--output-format=json'] + list(extra)
+            '--verify_fatal=1', '--verify_state_save=0',
+            '--output-format=json'] + list(extra)
     try:
         p = subprocess.run(argv, stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE, text=True,
@@ -274,6 +277,9 @@ def _run_workloads(s, params, direct, res, log):
 
     def rand_write():
         fio_prep(s, s.p('rand.dat'), rsize)
+        # Untimed: the layout's write-back belongs to the layout, not to
+        # the random writes (their end_fsync would otherwise flush it).
+        os.sync()
         r = fio_randwrite(s, s.p('rand.dat'), rsize, rio, direct)
         return dict(r, value=r['iops'], unit='IOPS', direct=direct)
 

@@ -476,8 +476,16 @@ errcode_t nx_punch(struct nx_volume *vol, ext2_ino_t ino,
 	 * 1.47.0) after it has already dropped the extent: the block would
 	 * leak.  Unmap and free that one block ourselves first.
 	 */
+	/*
+	 * Only a block in use can be mapped by a file: while the last block
+	 * is free (the usual case) there is nothing to work around, and we
+	 * spare every punch a walk over all of the file's extent leaves
+	 * (under a snapshot, each overwrite punches a file that random
+	 * overwrites fragment more and more).
+	 */
 	if ((inode->i_flags & EXT4_EXTENTS_FL) &&
-	    !(inode->i_flags & EXT4_INLINE_DATA_FL)) {
+	    !(inode->i_flags & EXT4_INLINE_DATA_FL) &&
+	    ext2fs_test_block_bitmap2(fs->block_map, last)) {
 		err = find_logical_of(fs, ino, inode, last, &lblk, &found);
 		if (err)
 			return err;
