@@ -93,6 +93,119 @@ static void patch_superblock(struct view_ctx *v, char *buf, uint64_t off,
 	memcpy(buf + (SUPERBLOCK_OFFSET - off), &sb, sizeof(sb));
 }
 
+/* Cut *LEN so that no block of [N, N + *LEN) is set in MAP. */
+static void cut_at_set(ext2fs_block_bitmap map, blk64_t n, blk64_t *len)
+{
+	blk64_t hit;
+	errcode_t err;
+
+	if (*len <= 1)
+		return;
+	err = ext2fs_find_first_set_block_bitmap2(map, n + 1, n + *len - 1,
+						  &hit);
+	if (!err)
+		*len = hit - n;
+	else if (err != ENOENT)
+		*len = 1;	/* cannot tell: block by block */
+}
+
+/* Cut *LEN so that every block of [N, N + *LEN) is set in MAP. */
+static void cut_at_zero(ext2fs_block_bitmap map, blk64_t n, blk64_t *len)
+{
+	blk64_t hit;
+	errcode_t err;
+
+	if (*len <= 1)
+		return;
+	err = ext2fs_find_first_zero_block_bitmap2(map, n + 1, n + *len - 1,
+						   &hit);
+	if (!err)
+		*len = hit - n;
+	else if (err != ENOENT)
+		*len = 1;
+}
+
+/*
+ * nx_snap_resolve() for a run: the first *LEN (<= MAX, >= 1) blocks from
+ * N all come from the same place - the same snapshot file's extent, or
+ * the live device - and so resolve to *PHYS onwards.  One extent lookup
+ * per run instead of one ext2fs_bmap2() per block.  Blocks where another
+ * snapshot might answer end the run; the next call resolves them anew.
+ */
+static errcode_t resolve_run(struct nx_snapstore *store, int idx, blk64_t n,
+			     blk64_t max, blk64_t *phys, blk64_t *len)
+{
+	ext2_filsys fs = store->vol->fs;
+	blk64_t count = ext2fs_blocks_count(fs->super), b, k;
+	struct ext2fs_extent ex;
+	ext2_extent_handle_t h;
+	errcode_t err;
+	int i, j;
+
+	*phys = n;
+	*len = 1;
+	if (n < fs->super->s_first_data_block || n >= count)
+		return 0;
+	if (max > count - n)
+		max = count - n;
+	for (i = idx; i < store->nsnaps; i++) {
+		struct nx_snap *s = store->snaps[i];
+
+		if (!ext2fs_test_block_bitmap2(s->mapped, n))
+			continue;
+		if (s == store->active && nx_blkmap_get(&store->pending, n, &b)) {
+			*phys = b;
+			return 0;	/* pending entries: one at a time */
+		}
+		err = ext2fs_extent_open2(fs, s->ino, NULL, &h);
+		if (err == EXT2_ET_INODE_NOT_EXTENT) {
+			/* Block-mapped (ext2/3): block by block, as before. */
+			b = 0;
+			err = ext2fs_bmap2(fs, s->ino, NULL, NULL, 0, n, NULL,
+					   &b);
+			if (err)
+				return err;
+			if (!b)
+				continue;
+			*phys = b;
+			return 0;
+		}
+		if (err)
+			return err;
+		err = ext2fs_extent_goto(h, n);
+		if (!err)
+			err = ext2fs_extent_get(h, EXT2_EXTENT_CURRENT, &ex);
+		ext2fs_extent_free(h);
+		if (err == EXT2_ET_EXTENT_NOT_FOUND ||
+		    err == EXT2_ET_EXTENT_NO_NEXT)
+			continue;	/* mapped bit, but a hole: next one */
+		if (err)
+			return err;
+		if (n < ex.e_lblk || n >= ex.e_lblk + ex.e_len)
+			continue;
+		*phys = ex.e_pblk + (n - ex.e_lblk);
+		*len = ex.e_lblk + ex.e_len - n;
+		if (*len > max)
+			*len = max;
+		/* Newer-first order: an older snapshot answering ends it. */
+		for (j = idx; j < i; j++)
+			cut_at_set(store->snaps[j]->mapped, n, len);
+		cut_at_zero(s->mapped, n, len);
+		if (s == store->active)
+			for (k = 1; k < *len; k++)
+				if (nx_blkmap_get(&store->pending, n + k, &b)) {
+					*len = k;
+					break;
+				}
+		return 0;
+	}
+	/* Nobody keeps N: the live block, as long as that holds. */
+	*len = max;
+	for (j = idx; j < store->nsnaps; j++)
+		cut_at_set(store->snaps[j]->mapped, n, len);
+	return 0;
+}
+
 static errcode_t view_read_bytes(struct view_ctx *v, char *buf, uint64_t off,
 				 uint64_t len)
 {
@@ -104,27 +217,30 @@ static errcode_t view_read_bytes(struct view_ctx *v, char *buf, uint64_t off,
 	if (idx < 0)
 		return EXT2_ET_BAD_INODE_NUM;	/* snapshot deleted meanwhile */
 	while (pos < end) {
-		blk64_t n = pos / bs, phys, run_phys;
+		blk64_t n = pos / bs, phys, run_phys, got, want;
 		uint64_t in_blk = pos - n * bs;
-		uint64_t chunk = bs - in_blk;
+		uint64_t chunk;
 
-		err = nx_snap_resolve(store, idx, n, &phys);
+		want = (end - n * bs + bs - 1) / bs;
+		err = resolve_run(store, idx, n, want, &phys, &got);
 		if (err)
 			return err;
-		/* Extend over following blocks that resolve contiguously. */
-		run_phys = phys;
-		while (pos + chunk < end) {
-			blk64_t next;
+		/* Extend over following runs that continue on disk. */
+		run_phys = phys + got;
+		n += got;
+		while (n * bs < end) {
+			blk64_t next, more;
 
-			err = nx_snap_resolve(store, idx, n + 1, &next);
+			err = resolve_run(store, idx, n, want - (n - pos / bs),
+					  &next, &more);
 			if (err)
 				return err;
-			if (next != run_phys + 1)
+			if (next != run_phys)
 				break;
-			n++;
-			run_phys = next;
-			chunk += bs;
+			n += more;
+			run_phys += more;
 		}
+		chunk = n * bs - pos;
 		if (pos + chunk > end)
 			chunk = end - pos;
 		err = nx_blkio_pread(store->vol->io, buf + (pos - off), chunk,
