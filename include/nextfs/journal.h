@@ -50,16 +50,17 @@ uint64_t nx_journal_capacity(const struct nx_journal *j);
 /*
  * Make V[0..N) (whole blocks) one durable transaction in the log: after
  * this returns 0 a crash replays it.  Data the caller wrote before is
- * durable before the commit record (ordered mode).  The caller then
- * writes the blocks in place, syncs, and calls nx_journal_checkpointed().
+ * durable before the commit record (ordered mode), and so is what the
+ * previous transaction wrote in place.  The caller then writes the blocks
+ * in place (no sync needed) and calls nx_journal_checkpointed().
  */
 errcode_t nx_journal_log(struct nx_journal *j, const struct nx_jblock *v,
 			 size_t n);
 
-/* The last logged transaction is in place and durable: the log is free. */
+/* The last logged transaction was written in place (maybe not durable). */
 errcode_t nx_journal_checkpointed(struct nx_journal *j);
 
-/* Write the journal superblock as empty and sync (unmount). */
+/* Sync what is in place, then write the journal as empty and sync. */
 errcode_t nx_journal_close(struct nx_journal *j);
 
 /*

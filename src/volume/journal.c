@@ -11,17 +11,24 @@
  * How we use the log.  Every transaction starts at the beginning of one
  * of the two halves of the log, alternating.  The order of one commit:
  *
- *   1. descriptor and data blocks into this half, then the journal
- *      superblock pointing at them (s_start, s_sequence);
- *   2. sync: the log and every data write issued before (file data,
- *      snapshot copies) are durable - ordered mode;
- *   3. commit block; sync: from here a crash replays the transaction;
- *   4. (caller) the blocks in place; sync;
- *   5. journal superblock: empty.  Not synced: until it is durable a crash
- *      replays the transaction once more, which writes the same bytes.
- *      The next transaction uses the *other* half, so this one stays
- *      intact for such a replay; by the time that half is reused, step 2
- *      of the transaction in between has made a newer superblock durable.
+ *   1. descriptor and data blocks into this half;
+ *   2. sync: the log, every data write issued before (file data, snapshot
+ *      copies) - ordered mode - and the previous transaction's in-place
+ *      writes are durable;
+ *   3. the journal superblock pointing at this transaction (s_start,
+ *      s_sequence) and the commit block; sync: from here a crash replays
+ *      this transaction;
+ *   4. (caller) the blocks in place, not synced: step 2 of the next
+ *      commit, or nx_journal_close(), makes them durable.  Until then the
+ *      superblock keeps pointing at this transaction, whose half of the
+ *      log the next transaction does not touch, so a crash replays it
+ *      (writing the same bytes again).  By the time that half is reused,
+ *      step 3 of the transaction in between has moved the superblock on.
+ *
+ * A crash inside step 3 leaves either superblock; with the old one the
+ * previous transaction is replayed once more (its in-place writes were
+ * made durable by step 2), the new one's blocks are not applied: it was
+ * never acknowledged.  Two syncs per commit, as the kernel's journal.
  *
  * Blocks freed by a transaction are not reused before it is committed
  * (txn.c), so a replay never overwrites data that a committed
@@ -507,9 +514,9 @@ errcode_t nx_journal_log(struct nx_journal *j, const struct nx_jblock *v,
 		done += cnt;
 	}
 	if (!err)
-		err = write_jsb(j, start);
-	if (!err)
 		err = nx_blkio_sync(j->io);
+	if (!err)
+		err = write_jsb(j, start);
 	if (!err)
 		err = write_commit(j, pos);
 	if (!err)
@@ -522,15 +529,19 @@ out:
 
 errcode_t nx_journal_checkpointed(struct nx_journal *j)
 {
+	/* The superblock stays on this transaction: see the top comment. */
 	j->seq++;
 	j->half ^= 1;
-	return write_jsb(j, 0);
+	return 0;
 }
 
 errcode_t nx_journal_close(struct nx_journal *j)
 {
-	errcode_t err = write_jsb(j, 0);
+	/* In-place writes durable first, then the log may read as empty. */
+	errcode_t err = nx_blkio_sync(j->io);
 
+	if (!err)
+		err = write_jsb(j, 0);
 	return err ? err : nx_blkio_sync(j->io);
 }
 

@@ -341,10 +341,9 @@ static errcode_t write_journaled(struct nx_txn *t)
 	}
 	err = nx_journal_log(t->journal, v, n);
 	free(v);	/* points into blkio's held blocks: done with them */
+	/* In place; durable at the next commit's first sync (journal.c). */
 	if (!err)
 		err = nx_blkio_write_held(io, NULL, NULL);
-	if (!err)
-		err = nx_blkio_sync(io);
 	if (!err)
 		err = nx_journal_checkpointed(t->journal);
 	return err;
