@@ -8,6 +8,7 @@
  * neighbour's i_dtime (or the superblock).
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "nextfs/orphan.h"
@@ -186,12 +187,18 @@ errcode_t nx_orphans_recover(struct nx_volume *vol, unsigned *freed)
 
 		/*
 		 * An inode that is not allocated is no orphan: releasing it
-		 * would free blocks that may be another file's now (the
-		 * kernel's ext4_orphan_get refuses it too).
+		 * would free blocks that may be another file's now.  Like the
+		 * kernel (ext4_orphan_cleanup), the list ends there and the
+		 * mount goes on: after a crash on ext2, where the superblock
+		 * and the inode bitmap may land in either order, that is just
+		 * what e2fsck repairs.
 		 */
 		if (ino < EXT2_FIRST_INO(sb) || ino > sb->s_inodes_count ||
 		    !ext2fs_test_inode_bitmap2(vol->fs->inode_map, ino)) {
-			err = EXT2_ET_BAD_INODE_NUM;
+			fprintf(stderr, "nextfs: %s: the orphan list names inode "
+				"%u, which is not in use: ignoring the rest of "
+				"the list ('nextfs check --repair' checks the "
+				"volume)\n", vol->device, ino);
 			break;
 		}
 		if (n == cap) {
