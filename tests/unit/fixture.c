@@ -233,3 +233,21 @@ int nxt_fsck_capture(const char *path, const char *opts, char *out,
 		return 128;
 	return WIFEXITED(rc) ? WEXITSTATUS(rc) : 128 + WTERMSIG(rc);
 }
+
+void nxt_pattern(char *buf, size_t len, unsigned seed, uint64_t off)
+{
+	size_t i;
+
+	for (i = 0; i < len; i++)
+		buf[i] = (char)(((off + i) * 131 + seed * 17 +
+				 ((off + i) >> 11)) | 1);
+}
+
+uint64_t nxt_fnv(uint64_t h, const void *p, size_t n)
+{
+	const unsigned char *c = p;
+
+	while (n--)
+		h = (h ^ *c++) * 1099511628211ULL;
+	return h;
+}

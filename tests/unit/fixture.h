@@ -66,4 +66,12 @@ int nxt_masked_copy(const char *src, const char *dst);
  */
 int nxt_fsck_capture(const char *path, const char *opts, char *out,
 		     size_t outlen);
+
+/*
+ * Test content: byte I of a "file" with SEED at offset OFF (never 0, so
+ * holes and zeroed blocks never pass for it), and FNV-1a hashing.
+ */
+void nxt_pattern(char *buf, size_t len, unsigned seed, uint64_t off);
+uint64_t nxt_fnv(uint64_t h, const void *p, size_t n);
+#define NXT_FNV_INIT 1469598103934665603ULL
 #endif

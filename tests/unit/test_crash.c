@@ -117,23 +117,6 @@ static struct nx_cred root;
 
 /* ------------------------------------------------------------ content */
 
-static void pattern(char *buf, size_t len, unsigned seed, uint64_t off)
-{
-	size_t i;
-
-	for (i = 0; i < len; i++)
-		buf[i] = (char)(((off + i) * 131 + seed * 17 +
-				 ((off + i) >> 11)) | 1);
-}
-
-static uint64_t fnv(uint64_t h, const void *p, size_t n)
-{
-	const unsigned char *c = p;
-
-	while (n--)
-		h = (h ^ *c++) * 1099511628211ULL;
-	return h;
-}
 
 /* ----------------------------------------------------------- manifests */
 
@@ -211,7 +194,7 @@ static uint64_t content_hash(struct nx_volume *vol, ext2_ino_t ino,
 		*err = nx_file_read(vol, ino, buf, sizeof(buf), off, &got);
 		if (*err || !got)
 			break;
-		h = fnv(h, buf, got);
+		h = nxt_fnv(h, buf, got);
 		off += got;
 	}
 	return h;
@@ -277,7 +260,7 @@ static void walk(struct nx_volume *vol, ext2_ino_t dir, const char *prefix,
 			if (err)
 				man_fail(m, e->path, "readlink", err);
 			else
-				e->hash = fnv(1469598103934665603ULL, target,
+				e->hash = nxt_fnv(1469598103934665603ULL, target,
 					      len);
 		} else if (S_ISDIR(st.st_mode)) {
 			if (depth > 8)
@@ -472,7 +455,7 @@ static void w_write(struct wctx *w, const char *path, uint64_t off,
 		w_err(w, "malloc for", path, ENOMEM);
 		return;
 	}
-	pattern(buf, len, seed, off);
+	nxt_pattern(buf, len, seed, off);
 	err = resolve(w->vol, path, &ino);
 	if (!err) {
 		err = nx_file_write(w->vol, ino, buf, len, off, &done);

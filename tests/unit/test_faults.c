@@ -33,23 +33,6 @@ static struct nx_cred root;
 
 /* ------------------------------------------------------------- helpers */
 
-static void pattern(char *buf, size_t len, unsigned seed, uint64_t off)
-{
-	size_t i;
-
-	for (i = 0; i < len; i++)
-		buf[i] = (char)(((off + i) * 131 + seed * 17 +
-				 ((off + i) >> 11)) | 1);
-}
-
-static uint64_t fnv(uint64_t h, const void *p, size_t n)
-{
-	const unsigned char *c = p;
-
-	while (n--)
-		h = (h ^ *c++) * 1099511628211ULL;
-	return h;
-}
 
 /* Create NAME in DIR holding LEN bytes of pattern SEED (asserting). */
 static ext2_ino_t make_file(struct nx_volume *vol, ext2_ino_t dir,
@@ -60,7 +43,7 @@ static ext2_ino_t make_file(struct nx_volume *vol, ext2_ino_t dir,
 	size_t done = 0;
 
 	ck_assert_ptr_nonnull(buf);
-	pattern(buf, len, seed, 0);
+	nxt_pattern(buf, len, seed, 0);
 	ck_assert_int_eq(nx_mknod(vol, &root, dir, name, S_IFREG | 0644, 0,
 				  &ino), 0);
 	ck_assert_int_eq(nx_file_write(vol, ino, buf, len, 0, &done), 0);
@@ -81,7 +64,7 @@ static uint64_t file_hash(struct nx_volume *vol, ext2_ino_t ino,
 		*err = nx_file_read(vol, ino, buf, sizeof(buf), off, &got);
 		if (*err || !got)
 			break;
-		h = fnv(h, buf, got);
+		h = nxt_fnv(h, buf, got);
 		off += got;
 	}
 	return h;
@@ -93,8 +76,8 @@ static uint64_t pattern_hash(size_t len, unsigned seed)
 	uint64_t h;
 
 	ck_assert_ptr_nonnull(buf);
-	pattern(buf, len, seed, 0);
-	h = fnv(1469598103934665603ULL, buf, len);
+	nxt_pattern(buf, len, seed, 0);
+	h = nxt_fnv(1469598103934665603ULL, buf, len);
 	free(buf);
 	return h;
 }
@@ -322,7 +305,7 @@ START_TEST(test_read_eio_one_file)
 	{
 		char *want = malloc(bs);
 
-		pattern(want, bs, 1, 0);
+		nxt_pattern(want, bs, 1, 0);
 		ck_assert(memcmp(buf, want, bs) == 0);
 		free(want);
 	}
@@ -407,7 +390,7 @@ static void cut_workload(struct nx_volume *vol, struct wres *r)
 	int i;
 
 	memset(r, 0, sizeof(*r));
-	pattern(buf, sizeof(buf), 9, 0);
+	nxt_pattern(buf, sizeof(buf), 9, 0);
 	note(r, "lookup a", nx_lookup(vol, EXT2_ROOT_INO, "a", &a));
 	note(r, "lookup b", nx_lookup(vol, EXT2_ROOT_INO, "b", &b));
 	if (a)	/* overwrite under the snapshot: moves blocks */
