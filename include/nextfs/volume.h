@@ -69,6 +69,18 @@ static inline int nx_volume_rdonly(const struct nx_volume *vol)
 	return (vol->flags & NX_VOL_RDONLY) != 0;
 }
 
+/*
+ * The live volume an ext2_filsys belongs to.  libext2fs's allocation
+ * callbacks get only the fs; open sets fs->priv_data to the volume so
+ * that the snapshot, meta and transaction layers find theirs (vol->snap,
+ * vol->meta, vol->txn) without registries of their own.  (Snapshot views
+ * and the offline tools' own handles use priv_data for themselves.)
+ */
+static inline struct nx_volume *nx_volume_of(ext2_filsys fs)
+{
+	return fs->priv_data;
+}
+
 /* A view reads through its live volume: both share the live lock. */
 static inline void nx_volume_lock(struct nx_volume *vol)
 {

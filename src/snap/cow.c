@@ -233,7 +233,6 @@ void nx_cow_install(struct nx_snapstore *store)
 {
 	ext2_filsys fs = store->vol->fs;
 
-	fs->priv_data = store;
 	ext2fs_set_block_alloc_stats_callback(fs, on_block_stats,
 					      &store->old_stats);
 	ext2fs_set_block_alloc_stats_range_callback(fs, on_block_range_stats,
@@ -253,7 +252,6 @@ void nx_cow_uninstall(struct nx_snapstore *store)
 	ext2fs_set_block_alloc_stats_callback(fs, store->old_stats, &dummy);
 	ext2fs_set_block_alloc_stats_range_callback(fs, store->old_range_stats,
 						    &dummy_range);
-	fs->priv_data = NULL;
 }
 
 struct mapping {

@@ -58,7 +58,7 @@ struct nx_snapstore {
 
 static inline struct nx_snapstore *fs_store(ext2_filsys fs)
 {
-	return fs->priv_data;
+	return nx_volume_of(fs)->snap;
 }
 
 /* cow.c */

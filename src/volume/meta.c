@@ -20,11 +20,9 @@
  *    hands its callback the end of the range and a count of 0 (fixed
  *    upstream later), so the callback tells only the range's last group.
  *
- * The callbacks get only the ext2_filsys; fs->priv_data belongs to the
- * snapshot and restore code, so attached volumes are found in a small
- * registry.  Everything else runs under the volume's lock.
+ * The callbacks find their state through nx_volume_of(fs)->meta.
+ * Everything runs under the volume's lock.
  */
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -44,38 +42,11 @@ struct nx_meta {
 	ext2fs_block_bitmap as_free;	/* written as free though marked */
 	stats_fn old_stats;		/* the callbacks we chain to */
 	range_stats_fn old_range_stats;
-	struct nx_meta *next;		/* registry */
 };
-
-static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct nx_meta *registry;
 
 static struct nx_meta *meta_of(ext2_filsys fs)
 {
-	struct nx_meta *m;
-
-	pthread_mutex_lock(&registry_lock);
-	for (m = registry; m && m->fs != fs; m = m->next)
-		;
-	pthread_mutex_unlock(&registry_lock);
-	return m;
-}
-
-/* Add M to the registry, or with ADD == 0 take it out. */
-static void registry_set(struct nx_meta *m, int add)
-{
-	struct nx_meta **p;
-
-	pthread_mutex_lock(&registry_lock);
-	for (p = &registry; *p && *p != m; p = &(*p)->next)
-		;
-	if (add && !*p) {
-		m->next = registry;
-		registry = m;
-	} else if (!add && *p) {
-		*p = m->next;
-	}
-	pthread_mutex_unlock(&registry_lock);
+	return nx_volume_of(fs)->meta;
 }
 
 /* The groups holding blocks [BLK, BLK + NUM) have changed block bitmaps. */
@@ -165,13 +136,12 @@ errcode_t nx_meta_attach(struct nx_volume *vol)
 	}
 	/* Just read by ext2fs_open2(): this is what is on disk. */
 	memcpy(m->desc, fs->group_desc, desc_bytes);
-	/* Registered first: the callbacks must find it once installed. */
-	registry_set(m, 1);
+	/* Set first: the callbacks must find it once installed. */
+	vol->meta = m;
 	ext2fs_set_block_alloc_stats_callback(fs, on_block_stats,
 					      &m->old_stats);
 	ext2fs_set_block_alloc_stats_range_callback(fs, on_block_range_stats,
 						    &m->old_range_stats);
-	vol->meta = m;
 	return 0;
 }
 
@@ -187,9 +157,8 @@ void nx_meta_detach(struct nx_volume *vol)
 	ext2fs_set_block_alloc_stats_callback(m->fs, m->old_stats, &dummy);
 	ext2fs_set_block_alloc_stats_range_callback(m->fs, m->old_range_stats,
 						    &dummy_range);
-	registry_set(m, 0);
-	free_meta(m);
 	vol->meta = NULL;
+	free_meta(m);
 }
 
 void nx_meta_dirty_block(struct nx_volume *vol, blk64_t blk)

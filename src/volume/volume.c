@@ -297,6 +297,7 @@ static errcode_t open_fs(struct nx_volume *vol, char *msg, size_t msglen)
 		return err;
 	}
 	sb = vol->fs->super;
+	vol->fs->priv_data = vol;	/* nx_volume_of() */
 	/*
 	 * Like the kernel, keep backup superblocks and descriptors as they
 	 * are while mounted; e2fsck and resize2fs refresh them.
