@@ -262,18 +262,18 @@ static errcode_t settle_overlaps(struct nx_blkio *io, const void *buf,
 }
 
 /*
- * Is the held block's content already what the device holds?  Map code
- * often rewrites a parent block it did not change; skipping those saves
- * the write (and its snapshot bookkeeping) for one read.
+ * Does the device already hold DATA (one unit) at OFF?  Map code often
+ * rewrites a parent block it did not change; skipping those saves the
+ * write (and its snapshot bookkeeping, or journal space) for one read.
  */
-static int held_unchanged(struct nx_blkio *io, const struct held_block *h)
+static int device_has(struct nx_blkio *io, const void *data, uint64_t off)
 {
 	char *cur = malloc(io->unit);
 	int same = 0;
 
-	if (cur && pread(io->fd, cur, io->unit, (off_t)h->off) ==
+	if (cur && pread(io->fd, cur, io->unit, (off_t)off) ==
 	    (ssize_t)io->unit)
-		same = !memcmp(cur, h->data, io->unit);
+		same = !memcmp(cur, data, io->unit);
 	free(cur);
 	return same;
 }
@@ -288,17 +288,12 @@ static errcode_t flush_held(struct nx_blkio *io)
 
 		if (!h->data)
 			continue;
-		e = held_unchanged(io, h) ? 0 :
+		e = device_has(io, h->data, h->off) ? 0 :
 		    write_through(io, h->data, io->unit, h->off);
 		if (e && !err)
 			err = e;
-		free(h->data);
-		h->data = NULL;
 	}
-	io->nheld = 0;
-	io->nlive = 0;
-	if (io->slots)
-		memset(io->slots, 0, io->nslots * sizeof(*io->slots));
+	nx_blkio_drop_held(io);
 	return err;
 }
 
@@ -434,34 +429,24 @@ static errcode_t hold_txn_block(struct nx_blkio *io, const void *buf,
 				uint64_t off)
 {
 	long idx = find_held(io, off);
-	char *cur;
-	int same = 0;
 
-	if (idx < 0 || !io->held[idx].data) {
-		cur = malloc(io->unit);
-		if (!cur)
-			return EXT2_ET_NO_MEMORY;
-		if (pread(io->fd, cur, io->unit, (off_t)off) ==
-		    (ssize_t)io->unit)
-			same = !memcmp(cur, buf, io->unit);
-		free(cur);
-		if (same)
-			return 0;
-	}
+	if ((idx < 0 || !io->held[idx].data) && device_has(io, buf, off))
+		return 0;
 	return hold_block(io, buf, off);
 }
 
 /*
- * Transaction write: the hook runs now, while the device still has the
- * committed content it must preserve; the bytes are held, block by
- * block (partial blocks merged with what is held or on the device).
+ * Transaction write: the hook runs now (unless HOOKED: the caller ran
+ * it), while the device still has the committed content it must
+ * preserve; the bytes are held, block by block (partial blocks merged
+ * with what is held or on the device).
  */
 static errcode_t hold_txn_range(struct nx_blkio *io, const void *buf,
-				uint64_t len, uint64_t offset)
+				uint64_t len, uint64_t offset, int hooked)
 {
 	uint64_t pos = offset - offset % io->unit, end = offset + len;
 	char *tmp = NULL;
-	errcode_t err = call_hook(io, buf, len, offset);
+	errcode_t err = hooked ? 0 : call_hook(io, buf, len, offset);
 
 	/*
 	 * The hook could not preserve what this write would change (a copy
@@ -515,14 +500,8 @@ errcode_t nx_blkio_pwrite_data(struct nx_blkio *io, const void *buf,
 	err = call_hook(io, buf, len, offset);
 	if (err)
 		return err;
-	if (io->hook_copies != copies) {
-		nx_blkio_write_hook hook = io->hook;
-
-		io->hook = NULL;	/* already called for this range */
-		err = hold_txn_range(io, buf, len, offset);
-		io->hook = hook;
-		return err;
-	}
+	if (io->hook_copies != copies)
+		return hold_txn_range(io, buf, len, offset, 1);
 	err = settle_overlaps(io, buf, len, offset);
 	return err ? err : write_device(io, buf, len, offset);
 }
@@ -535,7 +514,7 @@ errcode_t nx_blkio_pwrite(struct nx_blkio *io, const void *buf, uint64_t len,
 	if (io->rdonly)
 		return EROFS;
 	if (io->txn && io->unit)
-		return hold_txn_range(io, buf, len, offset);
+		return hold_txn_range(io, buf, len, offset, 0);
 	if (io->batch_depth && !io->in_hook && io->unit && len == io->unit &&
 	    offset % io->unit == 0) {
 		if (io->nheld == BATCH_MAX_BLOCKS && find_held(io, offset) < 0) {
