@@ -137,6 +137,31 @@ static uint32_t crc32c(uint32_t seed, const void *p, size_t len)
 	return ext2fs_crc32c_le(seed, p, len);
 }
 
+/*
+ * JBD2's block checksums: crc32c from SEED over LEN bytes at B with the
+ * 32-bit checksum field at byte AT taken as zero.
+ */
+static uint32_t csum_without(uint32_t seed, unsigned char *b, size_t len,
+			     size_t at)
+{
+	uint32_t saved = get_be32(b + at), c;
+
+	put_be32(b + at, 0);
+	c = crc32c(seed, b, len);
+	put_be32(b + at, saved);
+	return c;
+}
+
+static void csum_set(uint32_t seed, unsigned char *b, size_t len, size_t at)
+{
+	put_be32(b + at, csum_without(seed, b, len, at));
+}
+
+static int csum_ok(uint32_t seed, unsigned char *b, size_t len, size_t at)
+{
+	return get_be32(b + at) == csum_without(seed, b, len, at);
+}
+
 /* Bytes of one block tag (the kernel's journal_tag_bytes()). */
 static size_t tag_bytes(const struct nx_journal *j)
 {
@@ -186,8 +211,7 @@ static errcode_t write_jsb(struct nx_journal *j, uint32_t start)
 	put_be32(j->jsb + JSB_START, start);
 	put_be32(j->jsb + JSB_SEQUENCE, j->seq);
 	if (has_csum(j)) {
-		put_be32(j->jsb + JSB_CHECKSUM, 0);
-		put_be32(j->jsb + JSB_CHECKSUM, crc32c(~0U, j->jsb, JSB_SIZE));
+		csum_set(~0U, j->jsb, JSB_SIZE, JSB_CHECKSUM);
 	}
 	memset(j->buf, 0, j->bs);
 	memcpy(j->buf, j->jsb, JSB_SIZE);
@@ -273,12 +297,8 @@ static errcode_t check_jsb(struct nx_journal *j, ext2_filsys fs,
 		return EXT2_ET_JOURNAL_TOO_SMALL;
 	}
 	if (has_csum(j)) {
-		unsigned char copy[JSB_SIZE];
-
 		/* Like the kernel: a journal superblock must checksum. */
-		memcpy(copy, sb, JSB_SIZE);
-		put_be32(copy + JSB_CHECKSUM, 0);
-		if (crc32c(~0U, copy, JSB_SIZE) != get_be32(sb + JSB_CHECKSUM)) {
+		if (!csum_ok(~0U, j->jsb, JSB_SIZE, JSB_CHECKSUM)) {
 			nx_set_msg(msg, msglen, "the journal superblock checksum "
 				   "does not match; run e2fsck");
 			return EXT2_ET_CORRUPT_JOURNAL_SB;
@@ -400,8 +420,7 @@ static void set_tail_csum(struct nx_journal *j, unsigned char *blk)
 {
 	if (!has_csum(j))
 		return;
-	put_be32(blk + j->bs - 4, 0);
-	put_be32(blk + j->bs - 4, crc32c(j->csum_seed, blk, j->bs));
+	csum_set(j->csum_seed, blk, j->bs, j->bs - 4);
 }
 
 static uint32_t data_csum(struct nx_journal *j, uint32_t seq,
@@ -486,7 +505,7 @@ static errcode_t write_commit(struct nx_journal *j, uint32_t pos)
 	put_be32(c + 52, (uint32_t)now.tv_sec);
 	put_be32(c + 56, (uint32_t)now.tv_nsec);
 	if (has_csum(j))
-		put_be32(c + 16, crc32c(j->csum_seed, c, j->bs));
+		csum_set(j->csum_seed, c, j->bs, 16);
 	return write_jblock(j, pos, c);
 }
 
@@ -572,28 +591,12 @@ static int header_ok(const unsigned char *b, uint32_t seq)
 
 static int tail_csum_ok(struct nx_journal *j, unsigned char *b)
 {
-	uint32_t want, got;
-
-	if (!has_csum(j))
-		return 1;
-	want = get_be32(b + j->bs - 4);
-	put_be32(b + j->bs - 4, 0);
-	got = crc32c(j->csum_seed, b, j->bs);
-	put_be32(b + j->bs - 4, want);
-	return want == got;
+	return !has_csum(j) || csum_ok(j->csum_seed, b, j->bs, j->bs - 4);
 }
 
 static int commit_csum_ok(struct nx_journal *j, unsigned char *b)
 {
-	uint32_t want, got;
-
-	if (!has_csum(j))
-		return 1;
-	want = get_be32(b + 16);
-	put_be32(b + 16, 0);
-	got = crc32c(j->csum_seed, b, j->bs);
-	put_be32(b + 16, want);
-	return want == got;
+	return !has_csum(j) || csum_ok(j->csum_seed, b, j->bs, 16);
 }
 
 struct tag {

@@ -17,7 +17,6 @@
  *    as free all the same (nx_meta_write_as_free).
  */
 #include <errno.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,45 +39,14 @@ struct nx_txn {
 	blk64_t ndeferred;
 	struct timespec started;	/* first change since the last commit */
 	int dirty;
-	errcode_t error;		/* a background commit failed */
+	errcode_t error;		/* the volume failed (fail_volume) */
 	void (*old_stats)(ext2_filsys, blk64_t, int);
 	void (*old_range_stats)(ext2_filsys, blk64_t, blk_t, int);
-	struct nx_txn *next;		/* registry (callbacks get only fs) */
 };
-
-static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct nx_txn *registry;
 
 static struct nx_txn *txn_of(ext2_filsys fs)
 {
-	struct nx_txn *t;
-
-	pthread_mutex_lock(&registry_lock);
-	for (t = registry; t && t->vol->fs != fs; t = t->next)
-		;
-	pthread_mutex_unlock(&registry_lock);
-	return t;
-}
-
-static void registry_add(struct nx_txn *t)
-{
-	pthread_mutex_lock(&registry_lock);
-	t->next = registry;
-	registry = t;
-	pthread_mutex_unlock(&registry_lock);
-}
-
-static void registry_remove(struct nx_txn *t)
-{
-	struct nx_txn **p;
-
-	pthread_mutex_lock(&registry_lock);
-	for (p = &registry; *p; p = &(*p)->next)
-		if (*p == t) {
-			*p = t->next;
-			break;
-		}
-	pthread_mutex_unlock(&registry_lock);
+	return nx_volume_of(fs)->txn;
 }
 
 static void note_change(struct nx_txn *t)
@@ -132,6 +100,11 @@ static void on_block_stats(ext2_filsys fs, blk64_t blk, int inuse)
 		t->old_stats(fs, blk, inuse);
 }
 
+/*
+ * (libext2fs 1.47.0 passes NUM = 0 here - see meta.c - so range frees are
+ * not held back.  Ours free blocks the same operation just allocated,
+ * which no commit has seen: reusing them at once is safe.)
+ */
 static void on_block_range_stats(ext2_filsys fs, blk64_t blk, blk_t num,
 				 int inuse)
 {
@@ -260,8 +233,7 @@ errcode_t nx_txn_start(struct nx_volume *vol, char *msg, size_t msglen)
 	err = ext2fs_allocate_block_bitmap(fs, "deferred frees", &t->deferred);
 	if (err)
 		goto fail;
-	vol->txn = t;
-	registry_add(t);
+	vol->txn = t;	/* first: the callbacks find it through the fs */
 	nx_meta_write_as_free(vol, t->deferred);
 	ext2fs_set_block_alloc_stats_callback(fs, on_block_stats,
 					      &t->old_stats);
@@ -445,7 +417,6 @@ void nx_txn_abort(struct nx_volume *vol)
 	ext2fs_set_block_alloc_stats_callback(fs, t->old_stats, &dummy);
 	ext2fs_set_block_alloc_stats_range_callback(fs, t->old_range_stats,
 						    &dummy_range);
-	registry_remove(t);
 	nx_journal_free(t->journal);
 	ext2fs_free_block_bitmap(t->deferred);
 	free(t);
