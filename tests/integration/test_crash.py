@@ -614,6 +614,32 @@ class CrashTest(nx.NxTestCase):
         self.one_round(100, rng.randrange(1 << 30), rng.uniform(0.5, 2.0),
                        faults='cut=%d:drop' % cut)
 
+    def test_commit_timer(self):
+        """Changes nobody fsync'd are durable within a few seconds.
+
+        The daemon commits on its own every 5 s (txn.h): a file written
+        and closed without fsync and a new directory survive a kill -9
+        that comes 8 s later, with no request in between.
+        """
+        self.need_fuse_daemon()
+        img = self.make_image('64M', name='timer.img')
+        data = nx.pattern(200000, 11)
+        with contextlib.ExitStack() as stack:
+            m = stack.enter_context(self.mounted(img, check=False))
+            # (a snapshot's take and delete commit: before the writes)
+            os.mkdir(nxsnap.snap_dir(m, 'gone'))
+            os.rmdir(nxsnap.snap_dir(m, 'gone'))
+            nx.write_file(m.p('unsynced'), data)
+            os.mkdir(m.p('dir'))
+            time.sleep(8)
+            self.kill_daemon(m)
+        with self.mounted(img, check=False) as m:
+            with open(m.p('unsynced'), 'rb') as f:
+                self.assertEqual(f.read(), data)
+            self.assertTrue(os.path.isdir(m.p('dir')))
+            self.assertEqual(os.listdir(nxsnap.snap_dir(m)), [])
+        self.check_image(img, 'after the commit timer and kill -9')
+
 
 if __name__ == '__main__':
     nx.main()
