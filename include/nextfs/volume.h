@@ -90,6 +90,13 @@ static inline void nx_volume_lock(struct nx_volume *vol)
 /* ... and the end of an operation commits when it is time (txn.h). */
 void nx_volume_unlock(struct nx_volume *vol);
 
+/*
+ * Lock DEVICE against other nextfs processes (exclusive or shared,
+ * without waiting): *FDP holds the lock until closed.  EBUSY if taken.
+ */
+errcode_t nx_lock_device(const char *device, int exclusive, int *fdp,
+			 char *msg, size_t msglen);
+
 /* printf into MSG (if non-NULL): the one-line reasons the tools print. */
 void nx_set_msg(char *msg, size_t len, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));

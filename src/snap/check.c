@@ -36,34 +36,6 @@
 /* ------------------------------------------------------------------ */
 /* Raw open.                                                           */
 
-static errcode_t lock_device(struct nx_rawvol *raw, char *msg, size_t msglen)
-{
-	int fd = open(raw->device, O_RDONLY | O_CLOEXEC);
-
-	if (fd < 0) {
-		int e = errno;
-
-		nx_set_msg(msg, msglen, "%s: %s", raw->device, strerror(e));
-		return e;
-	}
-	if (flock(fd, (raw->rw ? LOCK_EX : LOCK_SH) | LOCK_NB) < 0) {
-		int e = errno;
-
-		close(fd);
-		if (e == EWOULDBLOCK) {
-			nx_set_msg(msg, msglen, "%s is in use by nextfs (mounted "
-				"with nextfs-fuse or opened by another nextfs "
-				"command); unmount it first", raw->device);
-			return EBUSY;
-		}
-		nx_set_msg(msg, msglen, "%s: cannot lock: %s", raw->device,
-			strerror(e));
-		return e;
-	}
-	raw->lock_fd = fd;
-	return 0;
-}
-
 static errcode_t refuse_unreadable(struct nx_rawvol *raw, char *msg,
 				   size_t msglen)
 {
@@ -116,7 +88,7 @@ errcode_t nx_raw_open(const char *device, int rw, struct nx_rawvol **ret,
 		free(raw);
 		return EXT2_ET_NO_MEMORY;
 	}
-	err = lock_device(raw, msg, msglen);
+	err = nx_lock_device(raw->device, raw->rw, &raw->lock_fd, msg, msglen);
 	if (err)
 		goto fail;
 	if (rw)

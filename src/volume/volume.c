@@ -160,29 +160,34 @@ static errcode_t check_features(struct ext2_super_block *sb, int rdonly,
 	return 0;
 }
 
-/* Exclusive advisory lock: a second nextfs (or e2fsck -n racing us) loses. */
-static errcode_t lock_volume(struct nx_volume *vol, char *msg, size_t msglen)
+/*
+ * Advisory lock on DEVICE: exclusive for writers, shared for readers, so
+ * that a second nextfs (the daemon or a tool) loses instead of racing us.
+ */
+errcode_t nx_lock_device(const char *device, int exclusive, int *fdp,
+			 char *msg, size_t msglen)
 {
-	int fd = open(vol->device, O_RDONLY | O_CLOEXEC);
+	int fd = open(device, O_RDONLY | O_CLOEXEC), e;
 
 	if (fd < 0) {
-		nx_set_msg(msg, msglen, "%s: %s", vol->device, strerror(errno));
-		return errno;
+		e = errno;
+		nx_set_msg(msg, msglen, "%s: %s", device, strerror(e));
+		return e;
 	}
-	if (flock(fd, (nx_volume_rdonly(vol) ? LOCK_SH : LOCK_EX) | LOCK_NB) < 0) {
-		int e = errno;
-
+	if (flock(fd, (exclusive ? LOCK_EX : LOCK_SH) | LOCK_NB) < 0) {
+		e = errno;
 		close(fd);
 		if (e == EWOULDBLOCK) {
-			nx_set_msg(msg, msglen, "%s is already in use by another "
-				"nextfs process", vol->device);
+			nx_set_msg(msg, msglen, "%s is in use by nextfs (mounted "
+				"with nextfs-fuse or opened by another nextfs "
+				"command); unmount it first", device);
 			return EBUSY;
 		}
-		nx_set_msg(msg, msglen, "%s: cannot lock: %s", vol->device,
+		nx_set_msg(msg, msglen, "%s: cannot lock: %s", device,
 			strerror(e));
 		return e;
 	}
-	vol->lock_fd = fd;
+	*fdp = fd;
 	return 0;
 }
 
@@ -376,7 +381,8 @@ errcode_t nx_volume_open(const char *device, int flags,
 		err = EXT2_ET_NO_MEMORY;
 		goto fail;
 	}
-	err = lock_volume(vol, msg, msglen);
+	err = nx_lock_device(vol->device, !nx_volume_rdonly(vol),
+			     &vol->lock_fd, msg, msglen);
 	if (err)
 		goto fail;
 	if (!nx_volume_rdonly(vol)) {
