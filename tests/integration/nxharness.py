@@ -398,6 +398,26 @@ def close_fds_below(path):
 
 
 @contextlib.contextmanager
+def environment(**kw):
+    """Set environment variables for the duration (None: unset); the
+    daemons started meanwhile inherit them."""
+    saved = {k: os.environ.get(k) for k in kw}
+    try:
+        for k, v in kw.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+@contextlib.contextmanager
 def mounted(image, opts=(), user=None, check=True, workdir=None,
             timeout=20):
     """Mount IMAGE; yield a Mount; unmount, reap the daemon, fsck.

@@ -93,25 +93,6 @@ def without_root_mtime(man):
     return man
 
 
-@contextlib.contextmanager
-def environment(**kw):
-    """Set environment variables for the duration (None: unset)."""
-    saved = {k: os.environ.get(k) for k in kw}
-    try:
-        for k, v in kw.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
 # ------------------------------------------------------------ the workload
 
 class Workload:
@@ -517,7 +498,7 @@ class CrashTest(nx.NxTestCase):
                     self.base_tree(m, rng)
                     os.mkdir(nxsnap.snap_dir(m, 'before'))
                     before = snap_manifest(m, 'before')
-                with environment(NEXTFS_FAULTS=faults):
+                with nx.environment(NEXTFS_FAULTS=faults):
                     m = stack.enter_context(self.mounted(img, check=False))
             else:
                 m = stack.enter_context(self.mounted(img, check=False))
