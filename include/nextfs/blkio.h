@@ -54,6 +54,24 @@ errcode_t nx_blkio_pwrite(struct nx_blkio *io, const void *buf, uint64_t len,
 			  uint64_t offset);
 
 /*
+ * Reads outside the volume lock (the live file data path).  With the
+ * volume lock still held, the reader resolves its blocks, checks that no
+ * held block overlaps them (nx_blkio_range_held, else it must read with
+ * nx_blkio_pread under the lock), takes a share and unlocks; then reads
+ * with nx_blkio_pread_shared and ends the share.  Every device write
+ * waits until no share is held, so a shared read returns what the device
+ * held when the share was taken, even if its blocks are freed and reused
+ * meanwhile.  A thread holding a share must not write (it would wait for
+ * itself).
+ */
+int nx_blkio_range_held(const struct nx_blkio *io, uint64_t offset,
+			uint64_t len);
+void nx_blkio_share_begin(struct nx_blkio *io);
+void nx_blkio_share_end(struct nx_blkio *io);
+errcode_t nx_blkio_pread_shared(struct nx_blkio *io, void *buf, uint64_t len,
+				uint64_t offset);
+
+/*
  * File data: like nx_blkio_pwrite, but inside a transaction it goes to the
  * device at once instead of being held (see nx_blkio_txn_begin).
  */

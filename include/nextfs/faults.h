@@ -11,12 +11,15 @@
  *     ENOSPC;
  *   - "read_eio": reads touching device blocks [first, first+count) (in
  *     units of UNIT bytes) fail with EIO;
+ *   - "slow_read": reads done outside the volume lock (blkio.h) first
+ *     sleep USEC microseconds, which widens the races they must survive;
  * Without a plan (the default) nothing is changed.  The decision
  * functions are called by blkio.c only; they count, they do no I/O.
  *
  * Spec syntax (NEXTFS_FAULTS and nx_faults_parse):
  *   cut=N[:drop|:eio|:enospc]   (default drop)
  *   read_eio=FIRST[+COUNT]      (COUNT default 1; block units of unit=)
+ *   slow_read=USEC
  *   unit=BYTES                  (default 4096)
  * joined with ',' e.g. "cut=120:drop" or "read_eio=300+4,unit=1024".
  */
@@ -37,6 +40,7 @@ struct nx_faults {
 	int cut_mode;		/* enum nx_fault_cut_mode */
 	uint64_t read_eio_first, read_eio_count;	/* in UNIT blocks */
 	uint32_t unit;
+	uint64_t slow_read_us;	/* sleep before each shared read */
 	/* state */
 	uint64_t writes_done;	/* device writes let through so far */
 	uint64_t writes_cut;	/* device writes dropped or failed */
@@ -53,6 +57,8 @@ errcode_t nx_faults_parse(const char *spec, struct nx_faults *f,
 int nx_faults_on_write(struct nx_faults *f, uint64_t off, uint64_t len);
 int nx_faults_on_read(struct nx_faults *f, uint64_t off, uint64_t len);
 int nx_faults_on_sync(struct nx_faults *f);
+/* Sleep as "slow_read" says (called outside the volume lock). */
+void nx_faults_slow_shared_read(const struct nx_faults *f);
 
 /* Has the cut happened (a write was dropped or failed)? */
 static inline int nx_faults_cut(const struct nx_faults *f)

@@ -23,6 +23,31 @@
 
 errcode_t nx_file_read(struct nx_volume *vol, ext2_ino_t ino, void *buf,
 		       size_t size, uint64_t offset, size_t *got);
+/*
+ * Reading without holding the volume lock during the device I/O.
+ * nx_file_read_begin (volume lock held) does what nx_file_read does but
+ * only plans the device reads in *RD (blocks a transaction still holds
+ * are read at once); then the caller unlocks with
+ * nx_volume_unlock_sharing() and calls nx_file_read_end(), which reads
+ * and ends the share.  *GOT counts the bytes that the end fills.  If
+ * _begin fails, unlock normally and do not call _end.  Live volumes only
+ * (vol->io set): snapshot views read with nx_file_read.
+ */
+struct nx_file_rd_seg {
+	uint64_t dev;
+	char *dst;
+	uint64_t len;
+};
+struct nx_file_rd {
+	struct nx_volume *vol;
+	struct nx_file_rd_seg *seg;
+	size_t n, cap;
+};
+errcode_t nx_file_read_begin(struct nx_volume *vol, ext2_ino_t ino,
+			     void *buf, size_t size, uint64_t offset,
+			     struct nx_file_rd *rd, size_t *got);
+errcode_t nx_file_read_end(struct nx_file_rd *rd);
+
 errcode_t nx_file_write(struct nx_volume *vol, ext2_ino_t ino,
 			const void *buf, size_t size, uint64_t offset,
 			size_t *written);

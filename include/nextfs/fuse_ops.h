@@ -3,7 +3,9 @@
  *
  * Contract: FUSE node ids are inode numbers (FUSE_ROOT_ID <-> ext2 inode
  * 2, everything else identity; generation = i_generation), never paths.
- * Every operation runs the fs layer under the volume's big lock.  The
+ * Every operation runs the fs layer under the volume's big lock; only a
+ * live file read does its device I/O after the lock is dropped (the
+ * block map is resolved under it; blkio.h says why that is safe).  The
  * kernel does the permission checks (the daemon always mounts with
  * default_permissions, and negotiates POSIX ACLs: then the umask is
  * applied here, after default-ACL inheritance); this layer adds what the

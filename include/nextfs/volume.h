@@ -91,6 +91,14 @@ static inline void nx_volume_lock(struct nx_volume *vol)
 void nx_volume_unlock(struct nx_volume *vol);
 
 /*
+ * The same for a reader that goes on reading file data outside the lock
+ * (blkio.h): after any due commit, and before the lock is released, take
+ * a share of the live device; end it with nx_blkio_share_end(vol->io).
+ * Live volumes only (vol->io set).
+ */
+void nx_volume_unlock_sharing(struct nx_volume *vol);
+
+/*
  * Lock DEVICE against other nextfs processes (exclusive or shared,
  * without waiting): *FDP holds the lock until closed.  EBUSY if taken.
  */

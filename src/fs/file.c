@@ -682,13 +682,36 @@ struct read_batch {
 	uint64_t dev;
 	char *dst;
 	uint64_t len;
+	struct nx_file_rd *rd;	/* plan device reads here, or NULL: read */
 };
+
+static errcode_t plan_read(struct nx_file_rd *rd, uint64_t dev, char *dst,
+			   uint64_t len)
+{
+	if (rd->n == rd->cap) {
+		size_t cap = rd->cap ? 2 * rd->cap : 4;
+		struct nx_file_rd_seg *v = realloc(rd->seg, cap * sizeof(*v));
+
+		if (!v)
+			return EXT2_ET_NO_MEMORY;
+		rd->seg = v;
+		rd->cap = cap;
+	}
+	rd->seg[rd->n].dev = dev;
+	rd->seg[rd->n].dst = dst;
+	rd->seg[rd->n].len = len;
+	rd->n++;
+	return 0;
+}
 
 static errcode_t batch_flush(struct nx_volume *vol, struct read_batch *b)
 {
 	errcode_t err = 0;
 
-	if (b->len)
+	/* Blocks a transaction holds can only be read under the lock. */
+	if (b->len && b->rd && !nx_blkio_range_held(vol->io, b->dev, b->len))
+		err = plan_read(b->rd, b->dev, b->dst, b->len);
+	else if (b->len)
 		err = nx_volume_pread(vol, b->dst, b->len, b->dev);
 	b->len = 0;
 	return err;
@@ -712,10 +735,11 @@ static errcode_t batch_add(struct nx_volume *vol, struct read_batch *b,
 
 static errcode_t read_blocks(struct nx_volume *vol, ext2_ino_t ino,
 			     struct ext2_inode_large *inode, char *buf,
-			     uint64_t size, uint64_t offset)
+			     uint64_t size, uint64_t offset,
+			     struct nx_file_rd *rd)
 {
 	uint64_t bs = vol->fs->blocksize, pos = offset, end = offset + size;
-	struct read_batch batch = { 0 };
+	struct read_batch batch = { .rd = rd };
 	struct nx_fmap map;
 	struct nx_fmap_run run;
 	errcode_t err;
@@ -745,8 +769,9 @@ static errcode_t read_blocks(struct nx_volume *vol, ext2_ino_t ino,
 	return err;
 }
 
-errcode_t nx_file_read(struct nx_volume *vol, ext2_ino_t ino, void *buf,
-		       size_t size, uint64_t offset, size_t *got)
+static errcode_t file_read(struct nx_volume *vol, ext2_ino_t ino, void *buf,
+			   size_t size, uint64_t offset, size_t *got,
+			   struct nx_file_rd *rd)
 {
 	struct ext2_inode_large inode;
 	uint64_t isize;
@@ -767,9 +792,49 @@ errcode_t nx_file_read(struct nx_volume *vol, ext2_ino_t ino, void *buf,
 	if (is_inline(&inode))
 		err = inline_read(vol, ino, &inode, buf, size, offset);
 	else
-		err = read_blocks(vol, ino, &inode, buf, size, offset);
+		err = read_blocks(vol, ino, &inode, buf, size, offset, rd);
 	if (!err)
 		*got = size;
+	return err;
+}
+
+errcode_t nx_file_read(struct nx_volume *vol, ext2_ino_t ino, void *buf,
+		       size_t size, uint64_t offset, size_t *got)
+{
+	return file_read(vol, ino, buf, size, offset, got, NULL);
+}
+
+errcode_t nx_file_read_begin(struct nx_volume *vol, ext2_ino_t ino,
+			     void *buf, size_t size, uint64_t offset,
+			     struct nx_file_rd *rd, size_t *got)
+{
+	errcode_t err;
+
+	memset(rd, 0, sizeof(*rd));
+	rd->vol = vol;
+	if (!vol->io)	/* a snapshot view: no device of its own */
+		return EINVAL;
+	err = file_read(vol, ino, buf, size, offset, got, rd);
+	if (err) {
+		free(rd->seg);
+		rd->seg = NULL;
+		rd->n = 0;
+	}
+	return err;
+}
+
+errcode_t nx_file_read_end(struct nx_file_rd *rd)
+{
+	errcode_t err = 0;
+	size_t i;
+
+	for (i = 0; i < rd->n && !err; i++)
+		err = nx_blkio_pread_shared(rd->vol->io, rd->seg[i].dst,
+					    rd->seg[i].len, rd->seg[i].dev);
+	nx_blkio_share_end(rd->vol->io);
+	free(rd->seg);
+	rd->seg = NULL;
+	rd->n = rd->cap = 0;
 	return err;
 }
 

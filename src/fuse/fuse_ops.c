@@ -3,7 +3,8 @@
  *
  * Each operation translates the request (node ids, credentials, flags)
  * into fs-layer calls made under the volume's big lock, and the result
- * into one FUSE reply sent after the lock is dropped.
+ * into one FUSE reply sent after the lock is dropped.  (Reads of file
+ * data do the device I/O after the lock too: nx_op_read.)
  *
  * Division of labour with the kernel: the mount always carries
  * default_permissions (and POSIX ACLs where the kernel offers them), so
@@ -969,6 +970,37 @@ static void nx_op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 	}
 }
 
+/*
+ * Read from the live volume: the block map is resolved under the lock,
+ * the data is read after it is released, so that reads (the kernel's
+ * readahead, several readers) overlap with each other and with metadata
+ * operations.  Snapshot views (snap_ops.c) resolve through their chain
+ * under the lock.
+ */
+static errcode_t read_file(struct nx_fuse *fs, ext2_ino_t ino, char *buf,
+			   size_t size, uint64_t off, size_t *got)
+{
+	struct nx_file_rd rd;
+	errcode_t err;
+
+	nx_volume_lock(fs->vol);
+	if (!fs->vol->io) {
+		err = nx_file_read(fs->vol, ino, buf, size, off, got);
+		nx_volume_unlock(fs->vol);
+		return err;
+	}
+	err = nx_file_read_begin(fs->vol, ino, buf, size, off, &rd, got);
+	if (err) {
+		nx_volume_unlock(fs->vol);
+		return err;
+	}
+	nx_volume_unlock_sharing(fs->vol);
+	err = nx_file_read_end(&rd);
+	if (err)
+		*got = 0;
+	return err;
+}
+
 static void nx_op_read(fuse_req_t req, fuse_ino_t nodeid, size_t size,
 		       off_t off, struct fuse_file_info *fi)
 {
@@ -981,10 +1013,7 @@ static void nx_op_read(fuse_req_t req, fuse_ino_t nodeid, size_t size,
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
-	nx_volume_lock(fs->vol);
-	err = nx_file_read(fs->vol, to_ext2(nodeid), buf, size, (uint64_t)off,
-			   &got);
-	nx_volume_unlock(fs->vol);
+	err = read_file(fs, to_ext2(nodeid), buf, size, (uint64_t)off, &got);
 	if (err && !got)
 		reply_err(req, err);
 	else

@@ -13,6 +13,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -41,7 +42,16 @@ struct nx_blkio {
 	size_t nslots;			/* power of two, >= 2 * cap */
 	struct nx_faults *faults;	/* fault plan (tests), or NULL */
 	struct nx_faults env_faults;	/* the plan NEXTFS_FAULTS gave */
+	/*
+	 * Readers outside the volume lock hold this shared; every device
+	 * write takes it exclusively (see nx_blkio_share_begin).
+	 */
+	pthread_rwlock_t share;
 };
+
+/* Statistics are also counted by shared readers, outside the lock. */
+#define STAT_ADD(io, field, n) \
+	__atomic_fetch_add(&(io)->stats.field, (n), __ATOMIC_RELAXED)
 
 struct held_block {
 	uint64_t off;
@@ -71,7 +81,14 @@ void nx_blkio_set_hook(struct nx_blkio *io, nx_blkio_write_hook hook,
 
 void nx_blkio_get_stats(struct nx_blkio *io, struct nx_blkio_stats *st)
 {
-	*st = io->stats;
+	st->bytes_read = __atomic_load_n(&io->stats.bytes_read,
+					 __ATOMIC_RELAXED);
+	st->bytes_written = __atomic_load_n(&io->stats.bytes_written,
+					    __ATOMIC_RELAXED);
+	st->read_calls = __atomic_load_n(&io->stats.read_calls,
+					 __ATOMIC_RELAXED);
+	st->write_calls = __atomic_load_n(&io->stats.write_calls,
+					  __ATOMIC_RELAXED);
 }
 
 static size_t slot_of(const struct nx_blkio *io, uint64_t off)
@@ -315,13 +332,11 @@ errcode_t nx_blkio_end_batch(struct nx_blkio *io)
 	return io->txn ? 0 : flush_held(io);
 }
 
-errcode_t nx_blkio_pread(struct nx_blkio *io, void *buf, uint64_t len,
-			 uint64_t offset)
+/* Read the device itself (through the fault plan); no held blocks. */
+static errcode_t read_device(struct nx_blkio *io, char *p, uint64_t len,
+			     uint64_t offset)
 {
-	uint64_t want = len, at = offset;
-	char *p = buf;
-
-	io->stats.read_calls++;
+	STAT_ADD(io, read_calls, 1);
 	if (io->faults) {
 		int fate = nx_faults_on_read(io->faults, offset, len);
 
@@ -341,26 +356,70 @@ errcode_t nx_blkio_pread(struct nx_blkio *io, void *buf, uint64_t len,
 		p += n;
 		len -= (uint64_t)n;
 		offset += (uint64_t)n;
-		io->stats.bytes_read += (uint64_t)n;
+		STAT_ADD(io, bytes_read, (uint64_t)n);
 	}
-	overlay_held(io, buf, want, at);
 	return 0;
 }
 
-static errcode_t write_device(struct nx_blkio *io, const void *buf,
-			      uint64_t len, uint64_t offset)
+errcode_t nx_blkio_pread(struct nx_blkio *io, void *buf, uint64_t len,
+			 uint64_t offset)
 {
-	const char *p = buf;
+	errcode_t err = read_device(io, buf, len, offset);
 
-	io->stats.write_calls++;
-	if (io->faults) {
-		int fate = nx_faults_on_write(io->faults, offset, len);
+	if (!err)
+		overlay_held(io, buf, len, offset);
+	return err;
+}
 
-		if (fate == NX_FAULT_SKIP)
-			return 0;
-		if (fate)
-			return fate;
+void nx_blkio_share_begin(struct nx_blkio *io)
+{
+	pthread_rwlock_rdlock(&io->share);
+}
+
+void nx_blkio_share_end(struct nx_blkio *io)
+{
+	pthread_rwlock_unlock(&io->share);
+}
+
+int nx_blkio_range_held(const struct nx_blkio *io, uint64_t offset,
+			uint64_t len)
+{
+	uint64_t pos;
+	size_t i;
+
+	if (!io->nlive || !len)
+		return 0;
+	if (!io->unit || len / io->unit + 2 >= io->nheld) {
+		for (i = 0; i < io->nheld; i++) {
+			const struct held_block *h = &io->held[i];
+
+			if (h->data && h->off < offset + len &&
+			    offset < h->off + io->unit)
+				return 1;
+		}
+		return 0;
 	}
+	for (pos = offset - offset % io->unit; pos < offset + len;
+	     pos += io->unit) {
+		long idx = find_held(io, pos);
+
+		if (idx >= 0 && io->held[idx].data)
+			return 1;
+	}
+	return 0;
+}
+
+errcode_t nx_blkio_pread_shared(struct nx_blkio *io, void *buf, uint64_t len,
+				uint64_t offset)
+{
+	if (io->faults)
+		nx_faults_slow_shared_read(io->faults);
+	return read_device(io, buf, len, offset);
+}
+
+static errcode_t pwrite_all(struct nx_blkio *io, const char *p, uint64_t len,
+			     uint64_t offset)
+{
 	while (len > 0) {
 		ssize_t n = pwrite(io->fd, p, len, (off_t)offset);
 
@@ -374,9 +433,34 @@ static errcode_t write_device(struct nx_blkio *io, const void *buf,
 		p += n;
 		len -= (uint64_t)n;
 		offset += (uint64_t)n;
-		io->stats.bytes_written += (uint64_t)n;
+		STAT_ADD(io, bytes_written, (uint64_t)n);
 	}
 	return 0;
+}
+
+static errcode_t write_device(struct nx_blkio *io, const void *buf,
+			      uint64_t len, uint64_t offset)
+{
+	errcode_t err;
+
+	STAT_ADD(io, write_calls, 1);
+	if (io->faults) {
+		int fate = nx_faults_on_write(io->faults, offset, len);
+
+		if (fate == NX_FAULT_SKIP)
+			return 0;
+		if (fate)
+			return fate;
+	}
+	/*
+	 * Wait for reads in flight outside the volume lock: the blocks
+	 * they resolved may be the ones being overwritten (freed and
+	 * reused since), and they must get what was there.
+	 */
+	pthread_rwlock_wrlock(&io->share);
+	err = pwrite_all(io, buf, len, offset);
+	pthread_rwlock_unlock(&io->share);
+	return err;
 }
 
 errcode_t nx_blkio_pwrite_raw(struct nx_blkio *io, const void *buf,
@@ -694,6 +778,7 @@ static errcode_t blkio_open(const char *name, int flags, io_channel *ret)
 		goto fail;
 	}
 	io->rdonly = !(flags & IO_FLAG_RW);
+	pthread_rwlock_init(&io->share, NULL);
 	if (getenv("NEXTFS_FAULTS")) {
 		err = nx_faults_parse(getenv("NEXTFS_FAULTS"), &io->env_faults,
 				      NULL, 0);
@@ -711,8 +796,10 @@ static errcode_t blkio_open(const char *name, int flags, io_channel *ret)
 	*ret = chan;
 	return 0;
 fail:
-	if (io && io->fd > 0)
+	if (io && io->fd > 0) {
 		close(io->fd);
+		pthread_rwlock_destroy(&io->share);
+	}
 	free(io);
 	if (chan)
 		free(chan->name);
@@ -734,6 +821,7 @@ static errcode_t blkio_close(io_channel channel)
 	free(io->held);
 	free(io->slots);
 	close(io->fd);
+	pthread_rwlock_destroy(&io->share);
 	free(io);
 	free(channel->name);
 	free(channel);

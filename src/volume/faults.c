@@ -6,6 +6,7 @@
  * whole stack, so that recovery and error paths run on real code.
  */
 #include <errno.h>
+#include <time.h>
 #include <stdlib.h>
 #include <string.h>
 #include "nextfs/faults.h"
@@ -69,6 +70,9 @@ static errcode_t parse_item(char *item, struct nx_faults *f)
 		return parse_cut(val, f);
 	if (!strcmp(item, "read_eio"))
 		return parse_range(val, f);
+	if (!strcmp(item, "slow_read"))
+		return parse_u64(val, &end, &f->slow_read_us) || *end ||
+		       f->slow_read_us > 10000000 ? EINVAL : 0;
 	if (!strcmp(item, "unit")) {
 		if (parse_u64(val, &end, &unit) || *end || unit < 512 ||
 		    unit > 65536 || (unit & (unit - 1)))
@@ -99,7 +103,8 @@ errcode_t nx_faults_parse(const char *spec, struct nx_faults *f, char *msg,
 		if (err)
 			nx_set_msg(msg, msglen, "bad fault spec item '%s' "
 				   "(want cut=N[:drop|:eio|:enospc], "
-				   "read_eio=FIRST[+COUNT], unit=BYTES)", shown);
+				   "read_eio=FIRST[+COUNT], slow_read=USEC, "
+				   "unit=BYTES)", shown);
 	}
 	free(copy);
 	return err;
@@ -141,6 +146,18 @@ int nx_faults_on_read(struct nx_faults *f, uint64_t off, uint64_t len)
 	    first >= f->read_eio_first + f->read_eio_count)
 		return 0;
 	return EIO;
+}
+
+void nx_faults_slow_shared_read(const struct nx_faults *f)
+{
+	struct timespec ts;
+
+	if (!f || !f->slow_read_us)
+		return;
+	ts.tv_sec = (time_t)(f->slow_read_us / 1000000);
+	ts.tv_nsec = (long)(f->slow_read_us % 1000000) * 1000;
+	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+		;
 }
 
 int nx_faults_on_sync(struct nx_faults *f)

@@ -454,10 +454,8 @@ errcode_t nx_volume_sync(struct nx_volume *vol)
 	return err;
 }
 
-void nx_volume_unlock(struct nx_volume *vol)
+static void commit_if_due(struct nx_volume *live)
 {
-	struct nx_volume *live = vol->parent ? vol->parent : vol;
-
 	/* Operations end here: the one place to commit when it is time. */
 	if (live->txn && nx_txn_due(live)) {
 		errcode_t err = nx_txn_commit(live);
@@ -466,7 +464,22 @@ void nx_volume_unlock(struct nx_volume *vol)
 			fprintf(stderr, "nextfs: %s: commit failed: %s\n",
 				live->device, error_message(err));
 	}
+}
+
+void nx_volume_unlock(struct nx_volume *vol)
+{
+	struct nx_volume *live = vol->parent ? vol->parent : vol;
+
+	commit_if_due(live);
 	pthread_mutex_unlock(&live->lock);
+}
+
+void nx_volume_unlock_sharing(struct nx_volume *vol)
+{
+	/* The commit writes: it must not wait for our own share. */
+	commit_if_due(vol);
+	nx_blkio_share_begin(vol->io);
+	pthread_mutex_unlock(&vol->lock);
 }
 
 errcode_t nx_volume_close(struct nx_volume *vol)

@@ -898,5 +898,65 @@ class OpsTest(nx.NxTestCase):
             verify(m)
 
 
+    def test_reads_never_see_reused_blocks(self):
+        """File data is read outside the daemon's lock.  A reader racing
+        a hole punch must get the file's bytes or zeros, never those of
+        another file that was given the freed blocks meanwhile (device
+        writes wait for the reads in flight).  The size never changes, so
+        no short read is involved.  NEXTFS_FAULTS=slow_read makes every
+        unlocked read sleep first, so that punch, commit and the other
+        file's write fall inside the window (without the wait, this
+        fails within a few rounds)."""
+        img = self.make_image()
+        size, rounds = 4 * MiB, 40
+        errors, stop = [], threading.Event()
+        punch = 0x02 | 0x01    # FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE
+
+        def reader(path, seed, bufsize):
+            rnd = random.Random(seed)
+            buf = mmap.mmap(-1, bufsize)    # page-aligned for O_DIRECT
+            try:
+                fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
+                while not stop.is_set():
+                    off = rnd.randrange(0, size // 4096) * 4096
+                    n = os.preadv(fd, [buf], off)
+                    if n != min(bufsize, size - off):
+                        errors.append('offset %d: short read %d' % (off, n))
+                    if b'B' in buf[:n]:
+                        errors.append('offset %d: bytes of another file'
+                                      % off)
+                    if errors:
+                        break
+                os.close(fd)
+            except BaseException as e:     # reported by the main thread
+                errors.append('reader: %r' % e)
+
+        with nx.environment(NEXTFS_FAULTS='slow_read=20000'), \
+                self.mounted(img) as m:
+            a, b = m.p('a'), m.p('b')
+            write_file(a, b'A' * size)
+            readers = [threading.Thread(target=reader, args=(a, k, bs))
+                       for k, bs in enumerate((4096, 65536, 262144))]
+            for th in readers:
+                th.start()
+            try:
+                fd = os.open(a, os.O_WRONLY)
+                for _ in range(rounds):
+                    nx.fallocate(fd, punch, 0, size)
+                    os.fsync(fd)       # the commit releases the blocks
+                    write_file(b, b'B' * size)
+                    os.fsync(fd)
+                    os.pwrite(fd, b'A' * size, 0)
+                    os.unlink(b)
+                    if errors:
+                        break
+                os.close(fd)
+            finally:
+                stop.set()
+                for th in readers:
+                    th.join()
+            self.assertEqual(errors, [])
+            self.assertEqual(read_file(a), b'A' * size)
+
 if __name__ == '__main__':
     nx.main()

@@ -145,8 +145,13 @@ START_TEST(test_parse_good)
 			 0);
 	ck_assert_uint_eq(f.cut_after, 0);
 	ck_assert_uint_eq(f.unit, 4096);
+	ck_assert_int_eq(nx_faults_parse("slow_read=20000,cut=9", &f, msg,
+					 sizeof(msg)), 0);
+	ck_assert_uint_eq(f.slow_read_us, 20000);
+	ck_assert_uint_eq(f.cut_after, 9);
 	/* a NULL message buffer is allowed */
 	ck_assert_int_eq(nx_faults_parse("cut=2", &f, NULL, 0), 0);
+	ck_assert_uint_eq(f.slow_read_us, 0);
 }
 END_TEST
 
@@ -157,6 +162,7 @@ static const char *const bad_specs[] = {
 	"read_eio=3+", "read_eio=3+0", "read_eio=3x", "read_eio=3+4+5",
 	"unit=", "unit=1000", "unit=256", "unit=131072", "unit=4096k",
 	"bogus=1", "=5", "cut=5,bogus", "cut=5;read_eio=1", "CUT=5",
+	"slow_read=", "slow_read=x", "slow_read=10000001", "slow_read=-1",
 };
 
 START_TEST(test_parse_bad)
