@@ -136,6 +136,14 @@ errcode_t nx_fmap_ind_block(struct nx_fmap *m, int level, blk64_t blk,
  */
 errcode_t nx_fmap_alloc(struct nx_fmap *m, blk64_t lblk, blk64_t len,
 			int uninit, struct nx_fmap_run *run);
+/*
+ * Extent-mapped files: move the written blocks [LBLK, LBLK + LEN) (inside
+ * one extent) to newly allocated blocks; the old ones stay allocated for
+ * the caller to hand over.  *RUN is the new mapping (maybe shorter);
+ * run->len == 0 means nothing changed.  Data must then be written there.
+ */
+errcode_t nx_fmap_replace(struct nx_fmap *m, blk64_t lblk, blk64_t len,
+			  struct nx_fmap_run *run);
 /* Mark [LBLK, LBLK + LEN) written (TO_UNINIT = 0) or unwritten. */
 errcode_t nx_fmap_convert(struct nx_fmap *m, blk64_t lblk, blk64_t len,
 			  int to_uninit);

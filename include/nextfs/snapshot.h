@@ -83,6 +83,16 @@ blk64_t nx_snap_preserve_span(struct nx_volume *vol,
 			      blk64_t pblk, blk64_t count, int *needs);
 
 /*
+ * The data path has unmapped the COUNT blocks from PBLK from a file (it
+ * remapped their logical blocks elsewhere) without freeing them, and
+ * nx_snap_preserve_span() said the active snapshot needs them all: they
+ * move into the snapshot as they are, at their own block numbers.  The
+ * cheap form of what freeing them would do (no free and re-allocation).
+ */
+errcode_t nx_snap_take_moved(struct nx_volume *vol, blk64_t pblk,
+			     blk64_t count);
+
+/*
  * ENOSPC if allocating WANT more blocks for live data would eat into the
  * reserve kept for preserving metadata (s_snapshot_r_blocks_count).
  */

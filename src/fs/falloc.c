@@ -312,22 +312,31 @@ errcode_t nx_file_map_run(struct nx_volume *vol, ext2_ino_t ino,
 	return err;
 }
 
+/*
+ * Up to LEN new blocks for LBLK.. where the file continues, keeping a few
+ * free for the extent tree to grow into.
+ */
+static errcode_t ext_new_blocks(struct nx_fmap *m, blk64_t lblk, blk64_t len,
+				blk64_t *pblk, blk64_t *got)
+{
+	struct ext3_extent_header *eh = (void *)m->inode->i_block;
+
+	return nx_fmap_new_blocks(m->vol, ext_goal(m, lblk), len,
+				  ext2fs_le16_to_cpu(eh->eh_depth) + 2,
+				  pblk, got);
+}
+
 static errcode_t ext_alloc(struct nx_fmap *m, blk64_t lblk, blk64_t len,
 			   int uninit, struct nx_fmap_run *run)
 {
 	ext2_filsys fs = m->vol->fs;
-	struct ext3_extent_header *eh = (void *)m->inode->i_block;
-	blk64_t goal, pblk = 0, got = 0, mapped = 0;
+	blk64_t pblk = 0, got = 0, mapped = 0;
 	errcode_t err;
 
 	if (lblk >= NX_LBLK_END)
 		return EFBIG;
 	len = min_u64(len, NX_LBLK_END - lblk);
-	goal = ext_goal(m, lblk);
-	/* Keep a few blocks free for the tree to grow into. */
-	err = nx_fmap_new_blocks(m->vol, goal, len,
-				 ext2fs_le16_to_cpu(eh->eh_depth) + 2,
-				 &pblk, &got);
+	err = ext_new_blocks(m, lblk, len, &pblk, &got);
 	if (err)
 		return err;
 	err = ext_map_new(m->handle, lblk, pblk, got, uninit, &mapped);
@@ -594,6 +603,68 @@ errcode_t nx_fmap_alloc(struct nx_fmap *m, blk64_t lblk, blk64_t len,
 	if (uninit)
 		return EOPNOTSUPP;	/* block maps have no unwritten state */
 	return ind_alloc(m, lblk, len, run);
+}
+
+/*
+ * Give the written blocks [LBLK, LBLK + LEN), which lie inside one extent,
+ * new physical blocks: allocate near where the file continues, then cut
+ * the piece out of its extent and point it at the new blocks (merging
+ * with a neighbour that continues them).  The old blocks stay allocated
+ * and belong to the caller.  *RUN gets the new mapping, possibly shorter
+ * than LEN; run->len is 0 if the map is unchanged (nothing allocated,
+ * e.g. no room for the tree to grow for the split).
+ */
+static errcode_t ext_replace(struct nx_fmap *m, blk64_t lblk, blk64_t len,
+			     struct nx_fmap_run *run)
+{
+	ext2_extent_handle_t h = m->handle;
+	struct ext2fs_extent ex;
+	blk64_t pblk = 0, got = 0, ex_end;
+	errcode_t err;
+
+	run->len = 0;
+	m->have_last = 0;
+	err = ext_get_at(h, lblk, &ex);
+	if (err)
+		return err;
+	ex_end = ex.e_lblk + ex.e_len;
+	if (ext_uninit(&ex) || lblk + len > ex_end)
+		return EINVAL;
+	err = ext_new_blocks(m, lblk, len, &pblk, &got);
+	if (err)
+		return err;
+	m->have_last = 0;
+	err = ext_split_at(h, lblk);
+	if (!err && lblk + got < ex_end)
+		err = ext_split_at(h, lblk + got);
+	if (!err)
+		err = ext_get_at(h, lblk, &ex);
+	if (!err) {
+		ex.e_pblk = pblk;
+		err = ext2fs_extent_replace(h, 0, &ex);
+	}
+	if (err) {
+		/* Splits that went through map the same blocks: harmless. */
+		ext2fs_block_alloc_stats_range(m->vol->fs, pblk, (blk_t)got,
+					       -1);
+		return err;
+	}
+	/* Mapped now: the caller must fill or unmap it, even on an error. */
+	run->lblk = lblk;
+	run->len = got;
+	run->pblk = pblk;
+	run->uninit = 0;
+	return ext_merge_around(h, lblk);
+}
+
+errcode_t nx_fmap_replace(struct nx_fmap *m, blk64_t lblk, blk64_t len,
+			  struct nx_fmap_run *run)
+{
+	if (!len)
+		return EINVAL;
+	if (!m->handle)
+		return EXT2_ET_OP_NOT_SUPPORTED;
+	return ext_replace(m, lblk, len, run);
 }
 
 /* ---------------------------------------------------------------------

@@ -971,78 +971,6 @@ static errcode_t write_run(struct wctx *w, blk64_t lblk, blk64_t n,
 	return 0;
 }
 
-/*
- * Overwrite written blocks [LBLK, LBLK + *N) mapped at PBLK.  A partly
- * written edge block is handled on its own so that prepare_overwrite()
- * only ever sees several blocks when all of them are replaced whole.
- */
-/*
- * Blocks LBLK.. of a run that this write replaces entirely: if the active
- * snapshot needs them, punch them out of the file, which hands them to
- * the snapshot as they are (a move, no copy), and let the caller fill
- * the hole with new blocks.  Done per run, not per block: one extent
- * operation instead of one remap per block.  On return *CNT is 0 after a
- * move, else the length of the leading span the snapshot does not need.
- */
-static errcode_t move_whole_blocks(struct wctx *w, blk64_t lblk,
-				   blk64_t *cnt, blk64_t pblk)
-{
-	int needs;
-	blk64_t k = nx_snap_preserve_span(w->vol, w->inode, pblk, *cnt,
-					  &needs);
-	errcode_t err;
-
-	if (!needs) {
-		*cnt = k;
-		return 0;
-	}
-	/* Never leave a hole we cannot fill: check the space first. */
-	err = nx_snap_check_space(w->vol, k + 8);
-	if (err)
-		return err;
-	err = nx_file_punch_blocks(w->vol, w->ino, w->inode, lblk,
-				   lblk + k - 1);
-	if (!err)
-		err = nx_fmap_forget(&w->map);
-	*cnt = 0;
-	return err;
-}
-
-static errcode_t overwrite_run(struct wctx *w, blk64_t lblk, blk64_t *n,
-			       blk64_t pblk)
-{
-	uint64_t bs = w->vol->fs->blocksize;
-	blk64_t cnt = *n, newp = pblk;
-	int remapped;
-	errcode_t err;
-
-	if (lblk * bs < w->off)
-		cnt = 1;			/* partial first block */
-	else if (cnt > 1 && (lblk + cnt) * bs > w->end)
-		cnt--;				/* partial last block: later */
-	if ((lblk + cnt) * bs <= w->end && lblk * bs >= w->off) {
-		err = move_whole_blocks(w, lblk, &cnt, pblk);
-		if (err || !cnt) {
-			*n = 0;			/* now a hole: filled next */
-			return err;
-		}
-	}
-	err = prepare_overwrite(w->vol, w->ino, w->inode, lblk, &cnt, &newp,
-				&remapped);
-	if (err)
-		return err;
-	*n = cnt;
-	if (remapped) {
-		/* The block map changed under our cursor. */
-		err = nx_fmap_forget(&w->map);
-		if (err)
-			return err;
-	}
-	if (newp == pblk)
-		return write_run(w, lblk, cnt, pblk, FILL_NONE, 0);
-	return write_run(w, lblk, cnt, newp, FILL_OLD, pblk);
-}
-
 /* Remember that this write allocated [LBLK, LBLK + N) (unmap_unwritten). */
 static errcode_t note_fresh(struct wctx *w, blk64_t lblk, blk64_t n)
 {
@@ -1059,6 +987,111 @@ static errcode_t note_fresh(struct wctx *w, blk64_t lblk, blk64_t n)
 	w->fresh[w->nfresh].len = n;
 	w->nfresh++;
 	return 0;
+}
+
+static int is_nospace(errcode_t err)
+{
+	return err == ENOSPC || err == EXT2_ET_BLOCK_ALLOC_FAIL;
+}
+
+/*
+ * Blocks LBLK.. of a run that this write replaces entirely: if the active
+ * snapshot needs them, they move into it as they are (no copy) and the
+ * file gets new blocks for the new data.  Done per run, not per block.
+ * Extent-mapped files have the run remapped in place (nx_fmap_replace:
+ * one extent change, the old blocks never pass through the allocator);
+ * the data is then written to *NEWP.  Otherwise the run is punched out
+ * (freeing hands it to the snapshot) and *CNT is 0: the caller fills
+ * the hole.  If the snapshot does not need the first block, *CNT is the
+ * length of the leading span it does not need and *NEWP == PBLK.
+ */
+static errcode_t move_whole_blocks(struct wctx *w, blk64_t lblk,
+				   blk64_t *cnt, blk64_t pblk, blk64_t *newp)
+{
+	int needs;
+	blk64_t k = nx_snap_preserve_span(w->vol, w->inode, pblk, *cnt,
+					  &needs);
+	struct nx_fmap_run run;
+	errcode_t err;
+
+	*newp = pblk;
+	if (!needs) {
+		*cnt = k;
+		return 0;
+	}
+	/* Never leave a hole we cannot fill: check the space first. */
+	err = nx_snap_check_space(w->vol, k + 8);
+	if (err)
+		return err;
+	if (w->map.handle) {
+		err = nx_fmap_replace(&w->map, lblk, k, &run);
+		if (run.len) {
+			/* Mapped: written below, or unmapped if that fails. */
+			errcode_t e2 = note_fresh(w, lblk, run.len);
+
+			if (!err)
+				err = nx_snap_take_moved(w->vol, pblk,
+							 run.len);
+			if (!err)
+				err = e2;
+			*cnt = run.len;
+			*newp = run.pblk;
+			return err;
+		}
+		if (err && !is_nospace(err))
+			return err;
+		/* No room to split the extent: the punch needs none. */
+	}
+	err = nx_file_punch_blocks(w->vol, w->ino, w->inode, lblk,
+				   lblk + k - 1);
+	if (!err)
+		err = nx_fmap_forget(&w->map);
+	*cnt = 0;
+	return err;
+}
+
+/*
+ * Overwrite written blocks [LBLK, LBLK + *N) mapped at PBLK.  A partly
+ * written edge block is handled on its own so that prepare_overwrite()
+ * only ever sees several blocks when all of them are replaced whole.
+ */
+static errcode_t overwrite_run(struct wctx *w, blk64_t lblk, blk64_t *n,
+			       blk64_t pblk)
+{
+	uint64_t bs = w->vol->fs->blocksize;
+	blk64_t cnt = *n, newp = pblk;
+	int remapped;
+	errcode_t err;
+
+	if (lblk * bs < w->off)
+		cnt = 1;			/* partial first block */
+	else if (cnt > 1 && (lblk + cnt) * bs > w->end)
+		cnt--;				/* partial last block: later */
+	if ((lblk + cnt) * bs <= w->end && lblk * bs >= w->off) {
+		err = move_whole_blocks(w, lblk, &cnt, pblk, &newp);
+		if (err || !cnt) {
+			*n = 0;			/* now a hole: filled next */
+			return err;
+		}
+		if (newp != pblk) {
+			*n = cnt;
+			return write_run(w, lblk, cnt, newp, FILL_NONE, 0);
+		}
+	}
+	err = prepare_overwrite(w->vol, w->ino, w->inode, lblk, &cnt, &newp,
+				&remapped);
+	if (err)
+		return err;
+	*n = cnt;
+	if (remapped) {
+		/* The block map changed under our cursor. */
+		err = nx_fmap_forget(&w->map);
+		if (err)
+			return err;
+	}
+	if (newp == pblk)
+		return write_run(w, lblk, cnt, pblk, FILL_NONE, 0);
+	return write_run(w, lblk, cnt, newp, FILL_OLD, pblk);
 }
 
 static errcode_t write_blocks(struct wctx *w)
@@ -1118,11 +1151,6 @@ static void unmap_unwritten(struct wctx *w)
 		if (nx_file_punch_blocks(w->vol, w->ino, w->inode, from, to))
 			return;
 	}
-}
-
-static int is_nospace(errcode_t err)
-{
-	return err == ENOSPC || err == EXT2_ET_BLOCK_ALLOC_FAIL;
 }
 
 errcode_t nx_file_write(struct nx_volume *vol, ext2_ino_t ino,

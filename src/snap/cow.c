@@ -401,6 +401,22 @@ blk64_t nx_snap_preserve_span(struct nx_volume *vol,
 	return i;
 }
 
+errcode_t nx_snap_take_moved(struct nx_volume *vol, blk64_t pblk,
+			     blk64_t count)
+{
+	struct nx_snapstore *store = vol->snap;
+	errcode_t err = 0;
+	blk64_t i;
+
+	for (i = 0; i < count; i++)
+		if (!store || !nx_cow_needs_preserve(store, pblk + i))
+			return EINVAL;	/* the caller broke the contract */
+	/* (Out of memory leaks the rest: e2fsck finds them, nothing lost.) */
+	for (i = 0; i < count && !err; i++)
+		err = record_preserved(store, pblk + i, pblk + i);
+	return err;
+}
+
 errcode_t nx_snap_prepare_overwrite(struct nx_volume *vol, ext2_ino_t ino,
 				    struct ext2_inode_large *inode,
 				    blk64_t lblk, blk64_t pblk,
