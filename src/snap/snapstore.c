@@ -856,7 +856,15 @@ static errcode_t release_snapshot_file(struct nx_snapstore *store,
 		return err;
 	for (i = 0; i < h->count; i++)
 		ext2fs_mark_block_bitmap2(store->keep, h->b[i]);
-	err = ext2fs_punch(fs, s->ino, NULL, NULL, 0, ~0ULL);
+	/*
+	 * nx_punch, not ext2fs_punch: a snapshot often maps the volume's
+	 * last block, which libext2fs 1.47.0 fails to free (see nx_punch).
+	 */
+	err = nx_inode_read(vol, s->ino, &inode);
+	if (!err)
+		err = nx_punch(vol, s->ino, &inode, 0, ~0ULL);
+	if (!err)
+		err = nx_inode_write(vol, s->ino, &inode);
 	ext2fs_free_block_bitmap(store->keep);
 	store->keep = NULL;
 	if (err)
