@@ -361,10 +361,36 @@ static errcode_t read_device(struct nx_blkio *io, char *p, uint64_t len,
 	return 0;
 }
 
+/*
+ * A read inside one block that is held whole: the held copy is the
+ * block's latest content, no need to ask the device.  (libext2fs reads
+ * the same extent leaf or inode table block again and again within an
+ * operation, and inside a transaction such blocks stay held.)  Not for
+ * the hook, which wants what the device has.
+ */
+static int read_held_block(struct nx_blkio *io, void *buf, uint64_t len,
+			   uint64_t offset)
+{
+	uint64_t in = io->unit ? offset % io->unit : 0;
+	long idx;
+
+	if (!io->nlive || io->in_hook || !io->unit || in + len > io->unit)
+		return 0;
+	idx = find_held(io, offset - in);
+	if (idx < 0 || !io->held[idx].data)
+		return 0;
+	memcpy(buf, io->held[idx].data + in, len);
+	return 1;
+}
+
 errcode_t nx_blkio_pread(struct nx_blkio *io, void *buf, uint64_t len,
 			 uint64_t offset)
 {
-	errcode_t err = read_device(io, buf, len, offset);
+	errcode_t err;
+
+	if (read_held_block(io, buf, len, offset))
+		return 0;
+	err = read_device(io, buf, len, offset);
 
 	if (!err)
 		overlay_held(io, buf, len, offset);
