@@ -34,12 +34,15 @@ from nxbench.mounts import BenchError                       # noqa: E402
 
 MIB, GIB = 1 << 20, 1 << 30
 
+# overwrite_pairs: without/with snapshot overwrite pairs per repetition,
+# on each kind of image (sparse, device-like); the ratio is the median
+# over all pairs of all repetitions.
 FULL = dict(image_size=4 * GIB, seq_size=GIB, rand_file=256 * MIB,
             rand_io=64 * MIB, creates=2000, tree_limit=None, reps=3,
-            scaling_snaps=8)
+            scaling_snaps=8, overwrite_pairs=2)
 QUICK = dict(image_size=GIB, seq_size=256 * MIB, rand_file=64 * MIB,
              rand_io=16 * MIB, creates=500, tree_limit=1500, reps=1,
-             scaling_snaps=8)
+             scaling_snaps=8, overwrite_pairs=5)
 
 # workloads that need an earlier one's files
 NEEDS = {'seq_read': 'seq_write', 'rand_read': 'rand_write',
@@ -57,7 +60,7 @@ def parse_args(argv):
                     help='meson build directory with src/cli/nextfs-fuse '
                     '(default: build)')
     ap.add_argument('--quick', action='store_true',
-                    help='1 repetition, smaller sizes (about 3 minutes)')
+                    help='1 repetition, smaller sizes (about 2 minutes)')
     ap.add_argument('--reps', type=int,
                     help='repetitions (default 3, --quick 1)')
     ap.add_argument('--out', help='result file (default: '
@@ -70,6 +73,9 @@ def parse_args(argv):
                     help='comma-separated subset of the workloads')
     ap.add_argument('--no-snapshots', action='store_true',
                     help='skip the snapshot costs')
+    ap.add_argument('--pairs', type=int,
+                    help='snapshot overwrite without/with pairs per '
+                    'repetition and image kind (default 2, --quick 5)')
     ap.add_argument('--tree', default=None,
                     help='source tree to tar (default /usr/include, else '
                     '/usr/share/doc)')
@@ -159,7 +165,8 @@ def host_info():
 
 def raw_disk(workdir, size):
     """Plain file write+fsync and cold read on the work directory's file
-    system: the ceiling every image-file-backed system sits on."""
+    system: the ceiling every image-file-backed system sits on.  One
+    sample; see raw_ceiling()."""
     path = os.path.join(workdir, 'raw.dat')
     s = workloads.Session(None, None, None, None, None, None, 600)
     try:
@@ -174,6 +181,21 @@ def raw_disk(workdir, size):
     finally:
         if os.path.exists(path):
             os.unlink(path)
+
+
+def raw_ceiling(samples):
+    """meta.raw_disk: the best write and the best cold read rate of the
+    SAMPLES (taken at the start and at the end of the run; a ceiling is
+    what the device can at least do, so the higher one), with all
+    samples."""
+    ok = [x for x in samples if 'error' not in x]
+    if not ok:
+        return {'error': samples[0]['error'] if samples else
+                'not measured', 'samples': samples}
+    return {'write_mib_s': max(x['write_mib_s'] for x in ok),
+            'read_mib_s': max(x['read_mib_s'] for x in ok),
+            'read_cold': all(x['read_cold'] for x in ok),
+            'samples': samples}
 
 
 def check_systems(args, workdir, fuse_bin, params, notes):
@@ -215,6 +237,8 @@ def main(argv):
         raise SystemExit('fio is needed (apt-get install fio)')
     base = dict(QUICK if args.quick else FULL)
     reps = args.reps or base['reps']
+    if args.pairs:
+        base['overwrite_pairs'] = args.pairs
     wl = [w for w in args.workloads.split(',') if w]
     for w in list(wl):
         if w not in [x for x, _, _ in workloads.WORKLOADS]:
@@ -267,8 +291,9 @@ def main(argv):
                 workdir, params['image_size'] // MIB,
                 params['seq_size'] // MIB, tree['source'], tree['entries'],
                 tree['tar_bytes'] / MIB, reps))
-        res['meta']['raw_disk'] = raw_disk(workdir, params['seq_size'])
-        log('raw file on the work directory: %s' % res['meta']['raw_disk'])
+        raw = [raw_disk(workdir, params['seq_size'])]
+        res['meta']['raw_disk'] = raw_ceiling(raw)
+        log('raw file on the work directory: %s' % raw[-1])
         for rep in range(reps):
             for sysname in systems:
                 log('[rep %d/%d] %s' % (rep + 1, reps, sysname))
@@ -290,6 +315,11 @@ def main(argv):
                                                fuse_bin, cli, log)
                 c['wall_seconds'] = time.perf_counter() - t0
                 res['take_scaling'].append(c)
+        # a second sample of the device ceiling, at the other end of the
+        # run (drift on the machine; the ceiling is the better of the two)
+        raw.append(raw_disk(workdir, params['seq_size']))
+        res['meta']['raw_disk'] = raw_ceiling(raw)
+        log('raw file on the work directory: %s' % raw[-1])
         if 'nextfs' not in systems:
             res['meta']['snapshots_skipped'] = 'nextfs not available'
         elif args.no_snapshots:
@@ -343,6 +373,11 @@ def _finish_notes(res):
                          'the last snapshot was deleted')
         for p in c.get('problems', []):
             notes.append('snapshot costs: %s' % p)
+        for key in ('overwrite_pairs', 'overwrite_pairs_device'):
+            for pair in c.get(key) or []:
+                for p in pair.get('problems', []):
+                    notes.append('snapshot costs, %s overwrite pair: %s' %
+                                 (pair.get('image'), p))
     # dedupe, keep order
     seen = set()
     res['meta']['notes'] = [n for n in notes

@@ -14,6 +14,9 @@ MIB = 1 << 20
 VS_FUSE2FS = {w: 1.0 for w, _, _ in WORKLOADS}
 VS_FUSE2FS.update(seq_write=3.0, seq_read=3.0)
 VS_KERNEL = {'seq_write': 0.5, 'seq_read': 0.5}
+# the streaming workloads and the direction of the device ceiling
+# (meta.raw_disk) each one is bounded by
+RAW_DIRECTION = {'seq_write': 'write_mib_s', 'seq_read': 'read_mib_s'}
 
 SNAP_OVERWRITE_MIN = 0.85       # with / without an active snapshot
 SNAP_AMPLIFICATION_MAX = 1.02   # bytes written per byte overwritten
@@ -73,8 +76,34 @@ def summarize(res):
             row['verdict_vs_kernel'] = verdict(row['nextfs_vs_kernel'],
                                                VS_KERNEL[w])
         summ['workloads'][w] = row
+    summ['device_ceiling'] = ceil = _ceiling(res)
+    for w, key in RAW_DIRECTION.items():
+        row = summ['workloads'][w]
+        raw = ceil.get(key)
+        f2 = row['median'].get('fuse2fs')
+        target = VS_FUSE2FS[w] * f2 if f2 is not None else None
+        row['raw_ceiling_mib_s'] = raw
+        row['nextfs_vs_raw'] = _ratio(row['median'].get('nextfs'), raw)
+        row['target_vs_fuse2fs_mib_s'] = target
+        # informational only: the verdict above is not changed by it
+        row['target_above_raw'] = (target > raw if target is not None
+                                   and raw else None)
     summ['snapshots'] = _summarize_snapshots(res)
     return summ
+
+
+def _ceiling(res):
+    """The device ceiling (meta.raw_disk): plain file write+fsync and
+    cold read on the work directory's file system."""
+    raw = res.get('meta', {}).get('raw_disk') or {}
+    if 'error' in raw or not raw:
+        return {'error': raw.get('error', 'not measured')}
+    return {'write_mib_s': raw.get('write_mib_s'),
+            'read_mib_s': raw.get('read_mib_s'),
+            'read_cold': raw.get('read_cold'),
+            'samples': len(raw.get('samples') or [raw]),
+            'sample_values': {k: [x.get(k) for x in raw.get('samples') or []]
+                              for k in ('write_mib_s', 'read_mib_s')}}
 
 
 def _sub(reps, key, field):
@@ -92,13 +121,17 @@ def _summarize_snapshots(res):
     s['method'] = ','.join(m for m in methods if m) or None
     online = s['method'] == 'mkdir'
 
-    ow0 = _sub(costs, 'overwrite_nosnap', 'mib_s')
-    ow1 = _sub(costs, 'overwrite_snap', 'mib_s')
-    s['overwrite_nosnap_mib_s'] = ow0
-    s['overwrite_snap_mib_s'] = ow1
-    s['overwrite_ratio'] = _ratio(ow1, ow0)
-    s['overwrite_verdict'] = verdict(s['overwrite_ratio'],
-                                     SNAP_OVERWRITE_MIN)
+    # Sequential overwrite without/with a snapshot: alternating pairs,
+    # each on a fresh image; the ratio is the median of the pairs' ratios
+    # (all repetitions), with its spread.  'overwrite_*': sparse image
+    # files as mke2fs leaves them (the target's line);
+    # 'overwrite_device_*': device-like images (every block of the image
+    # file allocated on the host first), for information.
+    for prefix, key in (('overwrite', 'overwrite_pairs'),
+                        ('overwrite_device', 'overwrite_pairs_device')):
+        _summarize_pairs(s, prefix, [p for c in costs
+                                     for p in (c.get(key) or [])
+                                     if isinstance(p, dict)])
     r0 = _sub(costs, 'randwrite_nosnap', 'iops')
     r1 = _sub(costs, 'randwrite_snap', 'iops')
     s['randwrite_nosnap_iops'], s['randwrite_snap_iops'] = r0, r1
@@ -106,14 +139,14 @@ def _summarize_snapshots(res):
     # Issue 5 sets a target for the sequential overwrite only; the random
     # one is shown for information (bench/README.md), without a verdict.
     s['randwrite_verdict'] = 'no target'
-    s['amplification'] = _sub(costs, 'overwrite_snap', 'amplification')
-    s['amplification_nosnap'] = _sub(costs, 'overwrite_nosnap',
-                                     'amplification')
-    s['amplification_write_bytes'] = _sub(costs, 'overwrite_snap',
+    pairs = [p for c in costs for p in (c.get('overwrite_pairs') or [])
+             if isinstance(p, dict)]
+    s['amplification'] = _sub(pairs, 'snap', 'amplification')
+    s['amplification_nosnap'] = _sub(pairs, 'nosnap', 'amplification')
+    s['amplification_write_bytes'] = _sub(pairs, 'snap',
                                           'amplification_write_bytes')
-    s['read_amplification'] = _sub(costs, 'overwrite_snap',
-                                   'read_amplification')
-    s['read_amplification_nosnap'] = _sub(costs, 'overwrite_nosnap',
+    s['read_amplification'] = _sub(pairs, 'snap', 'read_amplification')
+    s['read_amplification_nosnap'] = _sub(pairs, 'nosnap',
                                           'read_amplification')
     s['amplification_verdict'] = verdict(s['amplification'],
                                          maximum=SNAP_AMPLIFICATION_MAX)
@@ -148,6 +181,27 @@ def _summarize_snapshots(res):
             s['%s_%s' % (key, label)] = max(
                 [v for v in vals if v is not None], default=None)
     return s
+
+
+def _summarize_pairs(s, prefix, pairs):
+    ratios = [p['ratio'] for p in pairs if p.get('ratio') is not None]
+    s[prefix + '_pairs'] = len(ratios)
+    s[prefix + '_pair_ratios'] = ratios
+    s[prefix + '_nosnap_mib_s'] = _sub(pairs, 'nosnap', 'mib_s')
+    s[prefix + '_snap_mib_s'] = _sub(pairs, 'snap', 'mib_s')
+    s[prefix + '_ratio'] = median(ratios)
+    s[prefix + '_ratio_min'] = min(ratios) if ratios else None
+    s[prefix + '_ratio_max'] = max(ratios) if ratios else None
+    s[prefix + '_verdict'] = verdict(s[prefix + '_ratio'],
+                                     SNAP_OVERWRITE_MIN)
+    # MiB the host file system allocated for the image file per pass:
+    # with a snapshot, about the file size on a sparse image (the new
+    # blocks land in holes of the image file), about 0 on a device-like
+    # one
+    for which in ('nosnap', 'snap'):
+        v = _sub(pairs, which, 'host_alloc_bytes')
+        s['%s_%s_host_alloc_mib' % (prefix, which)] = \
+            None if v is None else v / MIB
 
 
 # ----------------------------------------------------------------- tables
@@ -195,10 +249,52 @@ def print_tables(res, out):
             _target(row['nextfs_vs_kernel'], row.get('target_vs_kernel'),
                     row.get('verdict_vs_kernel')))
         w(line.rstrip() + '\n')
+    _print_ceiling(summ, out)
     _print_spread(res, out)
     for note in meta.get('notes', []):
         w('note: %s\n' % note)
     _print_snapshots(res, out)
+
+
+def _print_ceiling(summ, out):
+    """The device ceiling under the table, and a note where the 3x
+    fuse2fs target of a streaming workload is above it (the verdict in
+    the table stays as computed)."""
+    c = summ.get('device_ceiling') or {}
+    w = out.write
+    if 'error' in c or not c:
+        w('device ceiling (plain file on the work dir): not measured '
+          '(%s)\n' % c.get('error', 'no data'))
+        return
+    cold = 'cold read' if c.get('read_cold') else 'read (NOT cold)'
+    w('device ceiling (plain file on the work dir): write %s, %s %s\n' % (
+        _fmt(c.get('write_mib_s'), ' MiB/s'), cold,
+        _fmt(c.get('read_mib_s'), ' MiB/s')))
+    samples = c.get('sample_values') or {}
+    wv, rv = ([v for v in samples.get(k) or [] if v is not None]
+              for k in ('write_mib_s', 'read_mib_s'))
+    if len(wv) > 1 or len(rv) > 1:
+        w('  (the better of %d samples, at the start and the end of the run:'
+          ' write %s, read %s MiB/s)\n' % (
+              c.get('samples'), ', '.join(_fmt(v) for v in wv),
+              ', '.join(_fmt(v) for v in rv)))
+    for wl, key in RAW_DIRECTION.items():
+        row = summ['workloads'].get(wl) or {}
+        if not row.get('target_above_raw'):
+            continue
+        what = 'write' if key == 'write_mib_s' else cold
+        w('note: %s: the %gx fuse2fs target (%g x %s = %s) is above the '
+          'device\'s raw %s rate\n  here (%s); the verdict stands as '
+          'computed.  nextfs: %s = %s of the raw rate\n' % (
+              wl, VS_FUSE2FS[wl], VS_FUSE2FS[wl],
+              _fmt(row['median'].get('fuse2fs')),
+              _fmt(row.get('target_vs_fuse2fs_mib_s'), ' MiB/s'), what,
+              _fmt(row.get('raw_ceiling_mib_s'), ' MiB/s'),
+              _fmt(row['median'].get('nextfs'), ' MiB/s'),
+              _fmt(row.get('nextfs_vs_raw'))))
+        if (row.get('nextfs_vs_raw') or 0) > 1:
+            w('  (above 1: one stream of 1 MiB reads/writes on a plain file '
+              'is not a hard ceiling\n  on this machine)\n')
 
 
 def _print_spread(res, out):
@@ -229,12 +325,23 @@ def _print_snapshots(res, out):
                                                         'none worked'))
     rows = [
         ('seq overwrite %d MiB, no snapshot' % size,
-         _fmt(s.get('overwrite_nosnap_mib_s'), ' MiB/s'), ''),
+         _fmt(s.get('overwrite_nosnap_mib_s'), ' MiB/s'),
+         'sparse image file (as mke2fs leaves it)'),
         ('seq overwrite, 1 active snapshot',
          _fmt(s.get('overwrite_snap_mib_s'), ' MiB/s'),
-         'ratio %s (>=%g %s)' % (_fmt(s.get('overwrite_ratio')),
-                                 SNAP_OVERWRITE_MIN,
-                                 s.get('overwrite_verdict'))),
+         'ratio %s (>=%g %s)%s' % (_fmt(s.get('overwrite_ratio')),
+                                   SNAP_OVERWRITE_MIN,
+                                   s.get('overwrite_verdict'),
+                                   _pairs_txt(s, 'overwrite'))),
+        ('seq overwrite, no snapshot, device-like',
+         _fmt(s.get('overwrite_device_nosnap_mib_s'), ' MiB/s'),
+         'image file with no holes (every block written once)'),
+        ('seq overwrite, 1 active snapshot, device-like (no-hole) image',
+         _fmt(s.get('overwrite_device_snap_mib_s'), ' MiB/s'),
+         'ratio %s (>=%g %s)%s' % (_fmt(s.get('overwrite_device_ratio')),
+                                   SNAP_OVERWRITE_MIN,
+                                   s.get('overwrite_device_verdict'),
+                                   _pairs_txt(s, 'overwrite_device'))),
         ('rand 4k overwrite, no snapshot',
          _fmt(s.get('randwrite_nosnap_iops'), ' IOPS'), ''),
         ('rand 4k overwrite, 1 snapshot',
@@ -281,8 +388,13 @@ def _print_snapshots(res, out):
              _kib(s.get('hwm_kib_remounted_1GiB') or
                   s.get('hwm_kib_after_use_1GiB')))),
     ]
-    for name, val, tgt in rows:
-        w('  %-36s %13s  %s\n' % (name, val, tgt))
+    for i, (name, val, tgt) in enumerate(rows):
+        if len(name) > 40:          # a long name on a line of its own
+            w('  %s\n' % name)
+            name = ''
+        w('  %-40s %13s  %s\n' % (name, val, tgt))
+        if i == 3:                  # after the four seq overwrite lines
+            _print_host_alloc(s, out)
     if s.get('method') == 'offline-cli':
         w('  note: the mounted volume did not take snapshots (mkdir in '
           '.snapshots); they were\n  taken with the offline CLI between '
@@ -294,6 +406,18 @@ def _print_snapshots(res, out):
                 w('  %s: %s\n' % (k, v['error']))
         if c.get('error'):
             w('  not available: %s\n' % c['error'])
+        for key in ('overwrite_pairs', 'overwrite_pairs_device'):
+            for i, p in enumerate(c.get(key) or []):
+                for k in ('nosnap', 'snap'):
+                    if isinstance(p.get(k), dict) and 'error' in p[k]:
+                        w('  %s %d %s: %s\n' % (key, i + 1, k,
+                                                p[k]['error']))
+                if p.get('error'):
+                    w('  %s %d: not available: %s\n' % (key, i + 1,
+                                                        p['error']))
+                if p.get('content_ok') is False:
+                    w('  %s %d: WRONG DATA in the live file after the '
+                      'pair\n' % (key, i + 1))
         break
     for r in res.get('take_scaling', []):
         for label in ('1GiB', '1TiB'):
@@ -301,6 +425,39 @@ def _print_snapshots(res, out):
                 w('  take on %s: not available: %s\n' %
                   (label, r[label]['error']))
         break
+
+
+def _pairs_txt(s, prefix):
+    """', median of N pairs, min..max A..B' for an overwrite ratio."""
+    n = s.get(prefix + '_pairs') or 0
+    if n < 2:
+        return ', 1 pair' if n else ', no complete pair'
+    return ', median of %d pairs, min..max %s..%s' % (
+        n, _fmt(s.get(prefix + '_ratio_min')),
+        _fmt(s.get(prefix + '_ratio_max')))
+
+
+def _print_host_alloc(s, out):
+    """How the overwrite lines are made, and what the host file system
+    allocated for the image file per overwrite pass: the difference
+    between the two kinds of image."""
+    vals = [s.get(k) for k in ('overwrite_snap_host_alloc_mib',
+                               'overwrite_device_snap_host_alloc_mib')]
+    if all(v is None for v in vals):
+        return
+    out.write('    (seq overwrite: MiB/s are medians of the passes; a ratio '
+              'is the median of the\n     pairs\' with/without ratios, each '
+              'pair on a fresh image, sparse and device-like\n     '
+              'alternating.  Host blocks allocated for the image file per '
+              'pass under a\n     snapshot: sparse %s, device-like %s; '
+              'without: %s / %s)\n' % (
+                  _mib(vals[0]), _mib(vals[1]),
+                  _mib(s.get('overwrite_nosnap_host_alloc_mib')),
+                  _mib(s.get('overwrite_device_nosnap_host_alloc_mib'))))
+
+
+def _mib(v):
+    return '-' if v is None else '%.0f MiB' % v
 
 
 def _ms(sec):
@@ -334,7 +491,18 @@ def compare(old_path, new_path, out):
                                          _fmt(a), _fmt(b), ch))
     so, sn = old['summary'].get('snapshots', {}), \
         new['summary'].get('snapshots', {})
-    for k in ('overwrite_ratio', 'randwrite_ratio', 'amplification',
+    # (result files from before the ceiling was summarized: from meta)
+    co = old['summary'].get('device_ceiling') or _ceiling(old)
+    cn = new['summary'].get('device_ceiling') or _ceiling(new)
+    for k in ('write_mib_s', 'read_mib_s'):
+        a, b = co.get(k), cn.get(k)
+        if a is None and b is None:
+            continue
+        ch = '%+.0f%%' % ((b / a - 1) * 100) if a and b else '-'
+        w('%-28s %12s %12s %8s\n' % ('device ceiling ' + k[:-6], _fmt(a),
+                                     _fmt(b), ch))
+    for k in ('overwrite_ratio', 'overwrite_device_ratio',
+              'randwrite_ratio', 'amplification',
               'read_ratio', 'take_1GiB_median_s', 'take_1TiB_median_s',
               'delete_seconds', 'hwm_kib_remounted_1TiB'):
         a, b = so.get(k), sn.get(k)

@@ -103,6 +103,70 @@ class Snapper:
             return None
 
 
+def host_bytes(image):
+    """Bytes of IMAGE that the host file system has allocated."""
+    return os.stat(image).st_blocks * 512
+
+
+def fill_holes(image):
+    """Make IMAGE device-like: write every hole of the image file, so
+    that the host file system has allocated every block of it (as every
+    block of a disk exists), without changing a byte of it: each chunk
+    is read and the same bytes are written back (a hole reads as zeros).
+    So the file system in the image is exactly what mke2fs made, even if
+    the host misreports a hole (SEEK_HOLE right after mke2fs, before
+    write-back, was seen to report the whole file as a hole; hence the
+    fsync first, and the read).  The pages written are then dropped from
+    the host page cache, so that the cache holds what it holds for a
+    sparse image (mke2fs's metadata).  The image must not be mounted.
+    Returns what was done."""
+    t0 = time.perf_counter()
+    zeros = bytes(MIB)
+    filled = []
+    misreported = 0
+    fd = os.open(image, os.O_RDWR)
+    try:
+        os.fsync(fd)
+        before = host_bytes(image)
+        size = os.fstat(fd).st_size
+        off = 0
+        while off < size:
+            hole = os.lseek(fd, off, os.SEEK_HOLE)
+            if hole >= size:
+                break
+            try:
+                data = os.lseek(fd, hole, os.SEEK_DATA)
+            except OSError:             # ENXIO: a hole up to the end
+                data = size
+            pos = hole
+            while pos < data:
+                buf = os.pread(fd, min(MIB, data - pos), pos)
+                if not buf:
+                    raise BenchError('%s: short read at %d' % (image, pos))
+                if buf != zeros[:len(buf)]:
+                    misreported += len(buf)
+                mv, done = memoryview(buf), 0
+                while done < len(buf):
+                    done += os.pwrite(fd, mv[done:], pos + done)
+                pos += len(buf)
+            filled.append((hole, data - hole))
+            off = data
+        os.fsync(fd)
+        for o, n in filled:
+            os.posix_fadvise(fd, o, n, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+    after = host_bytes(image)
+    if after < size:
+        raise BenchError('%s: %d of %d bytes allocated on the host after '
+                         'filling its holes' % (image, after, size))
+    return {'image_bytes': size, 'host_bytes_before': before,
+            'host_bytes_after': after,
+            'filled_bytes': sum(n for _, n in filled),
+            'misreported_hole_bytes': misreported,
+            'seconds': time.perf_counter() - t0}
+
+
 def _overwrite(session, path, size, seed):
     """Overwrite PATH in place (1 MiB writes, fsync, sync); returns
     throughput and the daemon's I/O counters for the pass.
@@ -114,17 +178,22 @@ def _overwrite(session, path, size, seed):
     rewritten while still dirty counts once, so it can hide repeated
     writes of the same block that wchar shows.  rchar (for diagnosis)
     includes the written data the daemon reads from /dev/fuse, so it is
-    about 1 per byte when nothing else is read."""
+    about 1 per byte when nothing else is read.  host_alloc_bytes: how
+    much the host file system allocated for the image file during the
+    pass (blocks of the image written for the first time)."""
+    h0 = host_bytes(session.image)
     io0 = mounts.proc_io(session.m.pid)
     r = session.io('write', path, size, seed, 'notrunc')
     io1 = mounts.proc_io(session.m.pid)
+    h1 = host_bytes(session.image)
     d = {k: io1[k] - io0[k] for k in ('wchar', 'rchar', 'write_bytes',
                                       'read_bytes')}
     return dict(d, seconds=r['seconds'], bytes=r['bytes'],
                 mib_s=r['bytes'] / MIB / r['seconds'],
                 amplification=d['wchar'] / r['bytes'],
                 read_amplification=d['rchar'] / r['bytes'],
-                amplification_write_bytes=d['write_bytes'] / r['bytes'])
+                amplification_write_bytes=d['write_bytes'] / r['bytes'],
+                host_alloc_bytes=h1 - h0, seed=seed)
 
 
 def _cold_read(session, path, size, seed):
@@ -136,20 +205,115 @@ def _cold_read(session, path, size, seed):
             'check': c}
 
 
-def _guard(out, key, fn, log, fmt):
+def _guard(out, key, fn, log, fmt, label=None):
     try:
         out[key] = fn()
-        log('    %-34s %s' % (key, fmt(out[key])))
+        log('    %-34s %s' % (label or key, fmt(out[key])))
     except BenchError as e:
         out[key] = {'error': str(e)}
-        log('    %-34s ERROR %s' % (key, e))
+        log('    %-34s ERROR %s' % (label or key, e))
     return out[key]
+
+
+def _fmt_ow(r):
+    return '%.1f MiB/s, wchar/byte %.3f, host +%.0f MiB' % (
+        r['mib_s'], r['amplification'], r['host_alloc_bytes'] / MIB)
+
+
+def _overwrite_pair(s, snap, big, size, log, tag):
+    """One pair: overwrite BIG without a snapshot (seed 2), take snapshot
+    "bench", overwrite it again (seed 3): every block of BIG is then in
+    the new snapshot's COW set.  The snapshot stays (the caller reads
+    and deletes it, or discards the image)."""
+    p = {}
+    _guard(p, 'nosnap', lambda: _overwrite(s, big, size, 2), log, _fmt_ow,
+           'overwrite_nosnap (%s)' % tag)
+    p['take_seconds'] = snap.take('bench')
+    _guard(p, 'snap', lambda: _overwrite(s, big, size, 3), log, _fmt_ow,
+           'overwrite_snap   (%s)' % tag)
+    a, b = p['nosnap'].get('mib_s'), p['snap'].get('mib_s')
+    p['ratio'] = b / a if a and b else None
+    return p
+
+
+def _device_like(image, out, log):
+    """fill_holes(IMAGE), recorded in OUT['device_like']."""
+    out['device_like'] = fill_holes(image)
+    d = out['device_like']
+    log('    device-like image: %.0f of %.0f MiB were holes, written in '
+        '%.1f s%s' % (d['filled_bytes'] / MIB, d['image_bytes'] / MIB,
+                      d['seconds'], ' (%.0f MiB reported as holes held '
+                      'data: rewritten unchanged)' % (
+                          d['misreported_hole_bytes'] / MIB)
+                      if d['misreported_hole_bytes'] else ''))
+
+
+def run_pair(tracker, params, workdir, fuse_bin, cli, kind, tag, log):
+    """One without/with overwrite pair on a fresh image of KIND 'sparse'
+    (as mke2fs leaves it) or 'device' (fill_holes()): make the image,
+    write the file, the pair, check the live file's content, discard
+    the image."""
+    image = os.path.join(workdir, 'snap-pair.img')
+    s = Session(tracker, 'nextfs', image, os.path.join(workdir, 'mnt'),
+                os.path.join(workdir, 'nextfs-snap-pair.log'), fuse_bin,
+                params['timeout'])
+    size = params['seq_size']
+    out = {'image': kind}
+    snap = Snapper(s, cli)
+    try:
+        mounts.make_image(params['mkimages'], image, params['image_size'])
+        if kind == 'device':
+            _device_like(image, out, log)
+        s.mount()
+        big = s.p('big')
+        s.io('write', big, size, 1)
+        out.update(_overwrite_pair(s, snap, big, size, log, tag))
+        out['method'] = snap.method
+        out['content_ok'] = s.io('check', big, size, 3)['ok']
+        if not out['content_ok']:
+            log('    %s: the live file has WRONG DATA after the pair' % tag)
+        s.unmount()
+    except (BenchError, OSError) as e:
+        out['error'] = str(e)
+        log('    overwrite pair (%s): not available: %s' % (tag, e))
+    finally:
+        s.abort()
+        out['problems'] = s.problems
+        if os.path.exists(image):
+            os.unlink(image)
+    return out
 
 
 def run_costs(tracker, params, workdir, fuse_bin, cli, log):
     """Copy-on-write costs on the suite's image size: overwrite with and
-    without an active snapshot, write amplification, snapshot vs. live
-    reads, delete of a snapshot holding the overwritten data."""
+    without an active snapshot (in alternating pairs, each on a fresh
+    image: sparse as mke2fs leaves it, or device-like), write
+    amplification, snapshot vs. live reads, delete of a snapshot holding
+    the overwritten data."""
+    npairs = params.get('overwrite_pairs', 1)
+    out = {'file_bytes': params['seq_size'], 'overwrite_pairs': [],
+           'overwrite_pairs_device': []}
+    # Alternating in time: sparse pair, device-like pair, sparse, ...
+    # The first sparse pair's image also carries the other costs.
+    for i in range(npairs):
+        tag = 'sparse %d/%d' % (i + 1, npairs)
+        if i == 0:
+            p = _run_main(tracker, params, workdir, fuse_bin, cli, log, out,
+                          tag)
+        else:
+            p = run_pair(tracker, params, workdir, fuse_bin, cli, 'sparse',
+                         tag, log)
+        out['overwrite_pairs'].append(p)
+        out['overwrite_pairs_device'].append(run_pair(
+            tracker, params, workdir, fuse_bin, cli, 'device',
+            'device-like %d/%d' % (i + 1, npairs), log))
+    return out
+
+
+def _run_main(tracker, params, workdir, fuse_bin, cli, log, out, tag):
+    """The first sparse image: random overwrites without a snapshot, the
+    overwrite pair, random overwrites under its snapshot, reads, delete.
+    Fills OUT; returns the pair."""
     image = os.path.join(workdir, 'snap.img')
     mounts.make_image(params['mkimages'], image, params['image_size'])
     s = Session(tracker, 'nextfs', image, os.path.join(workdir, 'mnt'),
@@ -157,8 +321,8 @@ def run_costs(tracker, params, workdir, fuse_bin, cli, log):
                 params['timeout'])
     size, rsize, rio = params['seq_size'], params['rand_file'], \
         params['rand_io']
-    out = {'file_bytes': size}
     snap = Snapper(s, cli)
+    pair = {'image': 'sparse'}
     try:
         s.mount()
         direct = odirect_works(s.p('odirect.probe'))
@@ -166,23 +330,18 @@ def run_costs(tracker, params, workdir, fuse_bin, cli, log):
         s.io('write', big, size, 1)
         fio_prep(s, rnd, rsize)
 
-        fmt_ow = lambda r: '%.1f MiB/s, wchar/byte %.3f' % (
-            r['mib_s'], r['amplification'])
         fmt_iops = lambda r: '%.0f IOPS' % r['iops']
-        _guard(out, 'overwrite_nosnap', lambda: _overwrite(s, big, size, 2),
-               log, fmt_ow)
         _guard(out, 'randwrite_nosnap',
                lambda: fio_randwrite(s, rnd, rsize, rio, direct), log,
                fmt_iops)
-        t = snap.take('bench')
+        pair.update(_overwrite_pair(s, snap, big, size, log, tag))
+        t = pair['take_seconds']
         out['method'] = snap.method
         out['online_error'] = snap.online_error
         out['take_seconds'] = t
         log('    %-34s %.1f ms (%s)' % ('take (data volume)', t * 1e3,
                                         snap.method))
         # Every block of both files is now in the snapshot's COW set.
-        _guard(out, 'overwrite_snap', lambda: _overwrite(s, big, size, 3),
-               log, fmt_ow)
         _guard(out, 'randwrite_snap',
                lambda: fio_randwrite(s, rnd, rsize, rio, direct), log,
                fmt_iops)
@@ -190,6 +349,7 @@ def run_costs(tracker, params, workdir, fuse_bin, cli, log):
         _guard(out, 'read_live', lambda: _cold_read(s, big, size, 3), log,
                lambda r: '%.1f MiB/s%s' % (r['mib_s'], '' if r['content_ok']
                                            else ' WRONG DATA'))
+        pair['content_ok'] = out['read_live'].get('content_ok')
         if snap.method == 'mkdir':
             path = os.path.join(s.p('.snapshots'), 'bench', 'big')
             _guard(out, 'read_snap',
@@ -221,7 +381,7 @@ def run_costs(tracker, params, workdir, fuse_bin, cli, log):
         out['problems'] = s.problems
         if os.path.exists(image):
             os.unlink(image)
-    return out
+    return pair
 
 
 def _takes(s, snap, count, log, label):
