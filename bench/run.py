@@ -46,6 +46,7 @@ QUICK = dict(image_size=GIB, seq_size=256 * MIB, rand_file=64 * MIB,
 
 # workloads that need an earlier one's files
 NEEDS = {'seq_read': 'seq_write', 'rand_read': 'rand_write',
+         'rand_read_4j': 'rand_write',
          'find_stat': 'untar', 'rm_rf': 'untar'}
 
 
