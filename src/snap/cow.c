@@ -411,9 +411,13 @@ errcode_t nx_snap_take_moved(struct nx_volume *vol, blk64_t pblk,
 	for (i = 0; i < count; i++)
 		if (!store || !nx_cow_needs_preserve(store, pblk + i))
 			return EINVAL;	/* the caller broke the contract */
+	/* record_preserved() for the run, with one range mark per bitmap. */
+	ext2fs_mark_block_bitmap_range2(store->active->mapped, pblk, count);
+	ext2fs_mark_block_bitmap_range2(store->exclude, pblk, count);
+	store->preserved += count;
 	/* (Out of memory leaks the rest: e2fsck finds them, nothing lost.) */
 	for (i = 0; i < count && !err; i++)
-		err = record_preserved(store, pblk + i, pblk + i);
+		err = nx_blkmap_put(&store->pending, pblk + i, pblk + i);
 	return err;
 }
 
