@@ -132,12 +132,25 @@ void nx_fuse_fix_stat(const struct nx_fuse *fs, ext2_ino_t ino,
 		      struct stat *st);
 
 /* fuse_main.c - run one mount. */
+/*
+ * The kernel's readahead for a FUSE mount is 128 KiB (the daemon can only
+ * lower it at init); a stream then has one 128 KiB-1 MiB request in
+ * flight at a time.  Reads run outside the volume lock, so a larger
+ * window is served in parallel: measured on a cold 1 GiB file, 128 KiB:
+ * 260-550 MB/s, 4096 KiB: 1.1-1.2 GB/s.  Set through sysfs after the
+ * mount, which needs root.
+ */
+#define NX_DEFAULT_READ_AHEAD_KB	4096U
+#define NX_MAX_READ_AHEAD_KB		65536U
+
 struct nx_fuse_config {
 	const char *device;		/* absolute path of image or device */
 	const char *mountpoint;		/* absolute path */
 	int rdonly;			/* -o ro */
 	int foreground;			/* -f (or -d) */
 	int singlethread;		/* -s */
+	unsigned read_ahead_kb;		/* -o read_ahead_kb=N; 0 = kernel's */
+	int read_ahead_given;		/* ... named by the user: warn if unset */
 	struct fuse_args *args;		/* argv[0] + options for the session */
 };
 

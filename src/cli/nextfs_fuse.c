@@ -12,6 +12,7 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +27,7 @@ struct cli {
 	int foreground, singlethread, rdonly;
 	int help, version;
 	int have_fsname, have_subtype, have_default_permissions;
+	char *read_ahead;		/* -o read_ahead_kb=N as given */
 };
 
 enum {
@@ -48,6 +50,7 @@ static const struct fuse_opt cli_opts[] = {
 	FUSE_OPT_KEY("fsname=", KEY_FSNAME),
 	FUSE_OPT_KEY("subtype=", KEY_SUBTYPE),
 	FUSE_OPT_KEY("default_permissions", KEY_DEFAULT_PERMISSIONS),
+	{ "read_ahead_kb=%s", offsetof(struct cli, read_ahead), 0 },
 	FUSE_OPT_END
 };
 
@@ -66,6 +69,9 @@ static void usage(FILE *f)
 "  -o ro            open the volume read-only: nothing is ever written\n"
 "  -o OPT[,OPT...]  FUSE mount options, e.g. allow_other, allow_root,\n"
 "                   auto_unmount, fsname=NAME, subtype=TYPE, max_read=N\n"
+"  -o read_ahead_kb=N  kernel readahead for files of this mount, in KiB\n"
+"                   (default 4096; 0 leaves the kernel's 128; set only\n"
+"                   when the daemon may write /sys/class/bdi, i.e. root)\n"
 "  -h, --help       show this help and the FUSE options, then exit\n"
 "  -V, --version    show the version, then exit\n"
 "\n"
@@ -155,6 +161,27 @@ static int opt_proc(void *data, const char *arg, int key,
 	return 1;
 }
 
+/* -o read_ahead_kb=N: 0..NX_MAX_READ_AHEAD_KB, else one error line. */
+static int parse_read_ahead(const char *arg, unsigned *kb)
+{
+	unsigned long v;
+	char *end;
+
+	*kb = NX_DEFAULT_READ_AHEAD_KB;
+	if (!arg)
+		return 0;
+	errno = 0;
+	v = strtoul(arg, &end, 10);
+	if (errno || end == arg || *end || arg[0] == '-' ||
+	    v > NX_MAX_READ_AHEAD_KB) {
+		fprintf(stderr, PROG ": bad read_ahead_kb '%s' (want 0 to %u)\n",
+			arg, NX_MAX_READ_AHEAD_KB);
+		return -1;
+	}
+	*kb = (unsigned)v;
+	return 0;
+}
+
 /* Resolve PATH to an absolute path; one error line if it is unusable. */
 static char *checked_path(const char *path, int want_dir)
 {
@@ -216,6 +243,7 @@ int main(int argc, char *argv[])
 	struct nx_fuse_config cfg;
 	struct cli c;
 	char *device = NULL, *mountpoint = NULL;
+	unsigned read_ahead_kb;
 	int status = NX_EXIT_USAGE;
 
 	memset(&c, 0, sizeof(c));
@@ -234,6 +262,8 @@ int main(int argc, char *argv[])
 		status = NX_EXIT_OK;
 		goto out;
 	}
+	if (parse_read_ahead(c.read_ahead, &read_ahead_kb) != 0)
+		goto out;
 	if (!c.device || !c.mountpoint) {
 		fprintf(stderr, PROG ": missing %s (usage: " PROG " [-f] [-d] "
 			"[-s] [-o OPTIONS] IMAGE_OR_DEVICE MOUNTPOINT)\n",
@@ -257,6 +287,8 @@ int main(int argc, char *argv[])
 	cfg.rdonly = c.rdonly;
 	cfg.foreground = c.foreground;
 	cfg.singlethread = c.singlethread;
+	cfg.read_ahead_kb = read_ahead_kb;
+	cfg.read_ahead_given = c.read_ahead != NULL;
 	cfg.args = &args;
 	status = nx_fuse_main(&cfg);
 out:
@@ -264,6 +296,7 @@ out:
 	free(mountpoint);
 	free(c.device);
 	free(c.mountpoint);
+	free(c.read_ahead);
 	fuse_opt_free_args(&args);
 	return status;
 }

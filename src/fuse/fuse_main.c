@@ -10,6 +10,7 @@
 #include "nextfs/fuse_ops.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <time.h>
 #include <stdarg.h>
@@ -17,6 +18,10 @@
 #include <stdio.h>
 #include <string.h>
 #include <syslog.h>
+#include <unistd.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/sysmacros.h>
 #include <et/com_err.h>
 
 static int log_to_syslog;
@@ -191,11 +196,63 @@ static int open_volume(struct nx_fuse *fs, const struct nx_fuse_config *cfg)
 	return 0;
 }
 
+#define FUSE_SUPER_MAGIC 0x65735546
+
+/* Write N to the readahead knob of the FUSE mount open at FD. */
+static int write_read_ahead(int fd, unsigned n)
+{
+	char path[128];
+	struct statfs sfs;
+	struct stat st;
+	FILE *f;
+	int ok;
+
+	if (fstatfs(fd, &sfs) != 0 || fstat(fd, &st) != 0)
+		return 0;
+	if (sfs.f_type != FUSE_SUPER_MAGIC) {
+		errno = ENOTCONN;	/* unmounted meanwhile: not ours */
+		return 0;
+	}
+	snprintf(path, sizeof(path), "/sys/class/bdi/%u:%u/read_ahead_kb",
+		 major(st.st_dev), minor(st.st_dev));
+	f = fopen(path, "we");
+	ok = f && fprintf(f, "%u\n", n) > 0;
+	if (f && fclose(f) != 0)
+		ok = 0;
+	return ok;
+}
+
+/*
+ * Set the mount's readahead window (nx_fuse_config.read_ahead_kb).  The
+ * kernel applies the INIT reply's max_readahead as a cap when it gets
+ * the reply, so this must come after that: opening the mount point
+ * waits for INIT to complete.  Hence a thread, started before the
+ * request loop that answers INIT.
+ */
+static void *read_ahead_thread(void *arg)
+{
+	const struct nx_fuse_config *cfg = arg;
+	int fd, ok = 0;
+
+	fd = open(cfg->mountpoint, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd >= 0) {
+		ok = write_read_ahead(fd, cfg->read_ahead_kb);
+		close(fd);
+	}
+	/* Unprivileged mounts cannot: only say so when it was asked for. */
+	if (!ok && cfg->read_ahead_given)
+		nx_err("cannot set read_ahead_kb=%u: %s", cfg->read_ahead_kb,
+		       strerror(errno));
+	return NULL;
+}
+
 int nx_fuse_main(const struct nx_fuse_config *cfg)
 {
 	struct nx_fuse fs;
 	struct fuse_session *se = NULL;
 	int status = NX_EXIT_USAGE, mounted = 0, handlers = 0, ret;
+	pthread_t ra_thread;
+	int ra_started = 0;
 	errcode_t err;
 
 	memset(&fs, 0, sizeof(fs));
@@ -238,6 +295,10 @@ int nx_fuse_main(const struct nx_fuse_config *cfg)
 	if (nx_fuse_committer_start(&fs) != 0)
 		nx_err("cannot start the commit timer; changes become durable "
 		       "at fsync and unmount only");
+	if (cfg->read_ahead_kb &&
+	    pthread_create(&ra_thread, NULL, read_ahead_thread,
+			   (void *)cfg) == 0)
+		ra_started = 1;
 	ret = run_loop(se, cfg->singlethread);
 	nx_fuse_committer_stop(&fs);
 	/*
@@ -259,6 +320,9 @@ out:
 			fuse_remove_signal_handlers(se);
 		fuse_session_destroy(se);	/* runs destroy: closes */
 	}
+	/* Waits at most until the connection is gone, as it is now. */
+	if (ra_started)
+		pthread_join(ra_thread, NULL);
 	err = close_volume(&fs);
 	if (err) {
 		nx_err("%s: error writing the volume back: %s", cfg->device,

@@ -12,6 +12,7 @@ import random
 import re
 import socket
 import stat
+import subprocess
 import threading
 import time
 
@@ -834,6 +835,49 @@ class OpsTest(nx.NxTestCase):
             self.assertEqual(os.getxattr(m.p('xa'), 'user.note'),
                              pattern(50, 7))
             self.assertFalse(os.path.exists(m.p('emptydir')))
+
+    # ------------------------------------------------------ readahead
+
+    def test_read_ahead_kb(self):
+        """The mount's kernel readahead window: 4096 KiB by default (a
+        stream is then served by several reads at once), -o
+        read_ahead_kb=N, 0 keeps the kernel's 128; a bad value is refused
+        before anything is mounted.  Setting it needs root."""
+        if nx.backend() != 'nextfs':
+            self.skipTest('a nextfs-fuse option')
+        if os.geteuid() != 0:
+            self.skipTest('only root may set a mount\'s readahead')
+        img = self.make_image()
+
+        def read_ahead(path, want):
+            st = os.stat(path)
+            knob = '/sys/class/bdi/%d:%d/read_ahead_kb' % (
+                os.major(st.st_dev), os.minor(st.st_dev))
+            deadline = time.monotonic() + 5   # set just after mounting
+            while True:
+                with open(knob) as f:
+                    got = int(f.read())
+                if got == want or time.monotonic() > deadline:
+                    return got
+
+        for opts, want in (((), 4096), (('read_ahead_kb=512',), 512),
+                           (('read_ahead_kb=0',), 128)):
+            with self.mounted(img, opts=opts) as m:
+                self.assertEqual(read_ahead(m.path, want), want, opts)
+        mnt = os.path.join(os.path.dirname(img), 'mnt-refused')
+        os.mkdir(mnt)
+        try:
+            for bad in ('65537', 'x', '-1', ''):
+                p = subprocess.run([nx.daemon_path(), '-o',
+                                    'read_ahead_kb=' + bad, img, mnt],
+                                   stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, text=True,
+                                   timeout=20)
+                self.assertEqual(p.returncode, 1, (bad, p.stderr))
+                self.assertIn('bad read_ahead_kb', p.stderr)
+                self.assertFalse(nx.is_mounted(mnt))
+        finally:
+            os.rmdir(mnt)
 
     # ------------------------------------------------------ concurrency
 
