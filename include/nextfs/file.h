@@ -30,8 +30,8 @@ errcode_t nx_file_read(struct nx_volume *vol, ext2_ino_t ino, void *buf,
  * are read at once); then the caller unlocks with
  * nx_volume_unlock_sharing() and calls nx_file_read_end(), which reads
  * and ends the share.  *GOT counts the bytes that the end fills.  If
- * _begin fails, unlock normally and do not call _end.  Live volumes only
- * (vol->io set): snapshot views read with nx_file_read.
+ * _begin fails, unlock normally and do not call _end.  Works on the live
+ * volume and on snapshot views (their blocks resolve to live ones).
  */
 struct nx_file_rd_seg {
 	uint64_t dev;
@@ -39,7 +39,7 @@ struct nx_file_rd_seg {
 	uint64_t len;
 };
 struct nx_file_rd {
-	struct nx_volume *vol;
+	struct nx_blkio *io;		/* the live device */
 	struct nx_file_rd_seg *seg;
 	size_t n, cap;
 };
@@ -47,6 +47,9 @@ errcode_t nx_file_read_begin(struct nx_volume *vol, ext2_ino_t ino,
 			     void *buf, size_t size, uint64_t offset,
 			     struct nx_file_rd *rd, size_t *got);
 errcode_t nx_file_read_end(struct nx_file_rd *rd);
+/* Plan reading LEN device bytes at DEV into DST (for snapview.c). */
+errcode_t nx_file_rd_add(struct nx_file_rd *rd, uint64_t dev, char *dst,
+			 uint64_t len);
 
 errcode_t nx_file_write(struct nx_volume *vol, ext2_ino_t ino,
 			const void *buf, size_t size, uint64_t offset,

@@ -120,6 +120,14 @@ void nx_snap_view_close(struct nx_volume *view);
 /* Device bytes as the view sees them (used via nx_volume_pread). */
 errcode_t nx_snap_view_pread(struct nx_volume *view, void *buf, uint64_t len,
 			     uint64_t offset);
+/*
+ * The same, but the reads of live device blocks are added to RD to be
+ * done outside the lock (nx_file_read_begin, file.h); blocks the live
+ * transaction holds and the superblock are read at once.
+ */
+struct nx_file_rd;
+errcode_t nx_snap_view_plan(struct nx_volume *view, void *buf, uint64_t len,
+			    uint64_t offset, struct nx_file_rd *rd);
 
 /*
  * The snapshot with id ID: its info, and a view of it that the store

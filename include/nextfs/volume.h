@@ -93,8 +93,8 @@ void nx_volume_unlock(struct nx_volume *vol);
 /*
  * The same for a reader that goes on reading file data outside the lock
  * (blkio.h): after any due commit, and before the lock is released, take
- * a share of the live device; end it with nx_blkio_share_end(vol->io).
- * Live volumes only (vol->io set).
+ * a share of the live device; end it with nx_blkio_share_end() on the
+ * live volume's io (a snapshot view shares its live volume's).
  */
 void nx_volume_unlock_sharing(struct nx_volume *vol);
 

@@ -685,8 +685,8 @@ struct read_batch {
 	struct nx_file_rd *rd;	/* plan device reads here, or NULL: read */
 };
 
-static errcode_t plan_read(struct nx_file_rd *rd, uint64_t dev, char *dst,
-			   uint64_t len)
+errcode_t nx_file_rd_add(struct nx_file_rd *rd, uint64_t dev, char *dst,
+			 uint64_t len)
 {
 	if (rd->n == rd->cap) {
 		size_t cap = rd->cap ? 2 * rd->cap : 4;
@@ -708,10 +708,14 @@ static errcode_t batch_flush(struct nx_volume *vol, struct read_batch *b)
 {
 	errcode_t err = 0;
 
+	if (!b->len)
+		return 0;
 	/* Blocks a transaction holds can only be read under the lock. */
-	if (b->len && b->rd && !nx_blkio_range_held(vol->io, b->dev, b->len))
-		err = plan_read(b->rd, b->dev, b->dst, b->len);
-	else if (b->len)
+	if (b->rd && !vol->io)
+		err = nx_snap_view_plan(vol, b->dst, b->len, b->dev, b->rd);
+	else if (b->rd && !nx_blkio_range_held(vol->io, b->dev, b->len))
+		err = nx_file_rd_add(b->rd, b->dev, b->dst, b->len);
+	else
 		err = nx_volume_pread(vol, b->dst, b->len, b->dev);
 	b->len = 0;
 	return err;
@@ -811,9 +815,8 @@ errcode_t nx_file_read_begin(struct nx_volume *vol, ext2_ino_t ino,
 	errcode_t err;
 
 	memset(rd, 0, sizeof(*rd));
-	rd->vol = vol;
-	if (!vol->io)	/* a snapshot view: no device of its own */
-		return EINVAL;
+	/* A snapshot view reads the live device. */
+	rd->io = vol->parent ? vol->parent->io : vol->io;
 	err = file_read(vol, ino, buf, size, offset, got, rd);
 	if (err) {
 		free(rd->seg);
@@ -829,9 +832,9 @@ errcode_t nx_file_read_end(struct nx_file_rd *rd)
 	size_t i;
 
 	for (i = 0; i < rd->n && !err; i++)
-		err = nx_blkio_pread_shared(rd->vol->io, rd->seg[i].dst,
+		err = nx_blkio_pread_shared(rd->io, rd->seg[i].dst,
 					    rd->seg[i].len, rd->seg[i].dev);
-	nx_blkio_share_end(rd->vol->io);
+	nx_blkio_share_end(rd->io);
 	free(rd->seg);
 	rd->seg = NULL;
 	rd->n = rd->cap = 0;

@@ -971,11 +971,10 @@ static void nx_op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 }
 
 /*
- * Read from the live volume: the block map is resolved under the lock,
- * the data is read after it is released, so that reads (the kernel's
- * readahead, several readers) overlap with each other and with metadata
- * operations.  Snapshot views (snap_ops.c) resolve through their chain
- * under the lock.
+ * The block map (for a snapshot view: through its chain) is resolved
+ * under the lock, the data is read after it is released, so that reads
+ * (the kernel's readahead, several readers) overlap with each other and
+ * with metadata operations.
  */
 static errcode_t read_file(struct nx_fuse *fs, ext2_ino_t ino, char *buf,
 			   size_t size, uint64_t off, size_t *got)
@@ -984,11 +983,6 @@ static errcode_t read_file(struct nx_fuse *fs, ext2_ino_t ino, char *buf,
 	errcode_t err;
 
 	nx_volume_lock(fs->vol);
-	if (!fs->vol->io) {
-		err = nx_file_read(fs->vol, ino, buf, size, off, got);
-		nx_volume_unlock(fs->vol);
-		return err;
-	}
 	err = nx_file_read_begin(fs->vol, ino, buf, size, off, &rd, got);
 	if (err) {
 		nx_volume_unlock(fs->vol);

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "nextfs/blkio.h"
+#include "nextfs/file.h"
 #include "snap_internal.h"
 
 struct view_ctx {
@@ -206,10 +207,16 @@ static errcode_t resolve_run(struct nx_snapstore *store, int idx, blk64_t n,
 	return 0;
 }
 
-static errcode_t view_read_bytes(struct view_ctx *v, char *buf, uint64_t off,
-				 uint64_t len)
+/*
+ * Bytes [OFF, OFF + LEN) of the view: each run resolves to live device
+ * blocks, which are read now, or, with RD, planned to be read later
+ * outside the lock (file.h) unless the live transaction holds them.
+ */
+static errcode_t view_bytes(struct view_ctx *v, char *buf, uint64_t off,
+			    uint64_t len, struct nx_file_rd *rd)
 {
 	struct nx_snapstore *store = v->store;
+	struct nx_blkio *io = store->vol->io;
 	uint64_t bs = store->vol->fs->blocksize, pos = off, end = off + len;
 	int idx = nx_snap_index(store, v->snap_ino);
 	errcode_t err;
@@ -219,7 +226,7 @@ static errcode_t view_read_bytes(struct view_ctx *v, char *buf, uint64_t off,
 	while (pos < end) {
 		blk64_t n = pos / bs, phys, run_phys, got, want;
 		uint64_t in_blk = pos - n * bs;
-		uint64_t chunk;
+		uint64_t chunk, dev;
 
 		want = (end - n * bs + bs - 1) / bs;
 		err = resolve_run(store, idx, n, want, &phys, &got);
@@ -243,14 +250,23 @@ static errcode_t view_read_bytes(struct view_ctx *v, char *buf, uint64_t off,
 		chunk = n * bs - pos;
 		if (pos + chunk > end)
 			chunk = end - pos;
-		err = nx_blkio_pread(store->vol->io, buf + (pos - off), chunk,
-				     phys * bs + in_blk);
+		dev = phys * bs + in_blk;
+		if (rd && pos >= 2048 && !nx_blkio_range_held(io, dev, chunk))
+			err = nx_file_rd_add(rd, dev, buf + (pos - off), chunk);
+		else
+			err = nx_blkio_pread(io, buf + (pos - off), chunk, dev);
 		if (err)
 			return err;
 		pos += chunk;
 	}
 	patch_superblock(v, buf, off, len);
 	return 0;
+}
+
+static errcode_t view_read_bytes(struct view_ctx *v, char *buf, uint64_t off,
+				 uint64_t len)
+{
+	return view_bytes(v, buf, off, len, NULL);
 }
 
 static errcode_t view_open(const char *name, int flags, io_channel *ret)
@@ -448,6 +464,12 @@ errcode_t nx_snap_view_pread(struct nx_volume *view, void *buf, uint64_t len,
 			     uint64_t offset)
 {
 	return view_read_bytes(view->fs->priv_data, buf, offset, len);
+}
+
+errcode_t nx_snap_view_plan(struct nx_volume *view, void *buf, uint64_t len,
+			    uint64_t offset, struct nx_file_rd *rd)
+{
+	return view_bytes(view->fs->priv_data, buf, offset, len, rd);
 }
 
 void nx_snap_view_close(struct nx_volume *view)

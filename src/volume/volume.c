@@ -476,10 +476,12 @@ void nx_volume_unlock(struct nx_volume *vol)
 
 void nx_volume_unlock_sharing(struct nx_volume *vol)
 {
+	struct nx_volume *live = vol->parent ? vol->parent : vol;
+
 	/* The commit writes: it must not wait for our own share. */
-	commit_if_due(vol);
-	nx_blkio_share_begin(vol->io);
-	pthread_mutex_unlock(&vol->lock);
+	commit_if_due(live);
+	nx_blkio_share_begin(live->io);
+	pthread_mutex_unlock(&live->lock);
 }
 
 errcode_t nx_volume_close(struct nx_volume *vol)

@@ -15,12 +15,15 @@ once the last is gone, plain e2fsck -fn and the flag is cleared.
 """
 
 import errno
+import mmap
 import os
 import random
 import re
 import shutil
 import subprocess
 import tempfile
+import threading
+import time
 
 import nxharness as nx
 import nxsnap
@@ -480,6 +483,67 @@ class SnapshotTest(nx.NxTestCase):
         finally:
             subprocess.run(['umount', mnt], check=True)
         self.assert_fsck_masked(img)
+
+
+    def test_snapshot_reads_race_delete(self):
+        """Reads through .snapshots run outside the daemon's lock too.  A
+        reader racing the snapshot's delete, a commit and another file
+        taking the freed blocks gets the snapshot's bytes or an error,
+        never the other file's (NEXTFS_FAULTS=slow_read widens the
+        window between resolving and reading)."""
+        if nx.backend() != 'nextfs':
+            self.skipTest('nextfs snapshots')
+        img = self.make_image()
+        size, rounds = 2 << 20, 6
+        errors, stop = [], threading.Event()
+
+        def reader(path, seed):
+            rnd = random.Random(seed)
+            buf = mmap.mmap(-1, 65536)
+            try:
+                fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
+            except OSError:
+                return                  # deleted before we got there
+            try:
+                while not stop.is_set():
+                    off = rnd.randrange(0, size // 65536) * 65536
+                    try:
+                        n = os.preadv(fd, [buf], off)
+                    except OSError:
+                        return          # the snapshot is gone: fine
+                    if b'B' in buf[:n] or buf[:n].strip(b'A'):
+                        errors.append('offset %d: bytes that were never '
+                                      'in the snapshot' % off)
+                        return
+            finally:
+                os.close(fd)
+
+        with nx.environment(NEXTFS_FAULTS='slow_read=20000'), \
+                self.mounted(img) as m:
+            live = m.p('a')
+            for r in range(rounds):
+                nx.write_file(live, b'A' * size)
+                os.mkdir(nxsnap.snap_dir(m, 's'))
+                nx.write_file(live, b'C' * size)    # old blocks move to s
+                snapfile = os.path.join(nxsnap.snap_dir(m, 's'), 'a')
+                readers = [threading.Thread(target=reader,
+                                            args=(snapfile, r * 4 + k))
+                           for k in range(3)]
+                for th in readers:
+                    th.start()
+                try:
+                    time.sleep(0.05)
+                    os.rmdir(nxsnap.snap_dir(m, 's'))
+                    os.sync()               # commit: s's blocks are free
+                    nx.write_file(m.p('b'), b'B' * (3 * size))
+                    os.sync()
+                finally:
+                    stop.set()
+                    for th in readers:
+                        th.join()
+                    stop.clear()
+                os.unlink(m.p('b'))
+                self.assertEqual(errors, [])
 
 
 if __name__ == '__main__':
