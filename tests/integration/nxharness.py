@@ -89,6 +89,13 @@ def daemon_path():
         os.path.join(SRCROOT, 'build', 'src', 'cli', 'nextfs-fuse')
 
 
+def tool_path():
+    """The nextfs tool: $NEXTFS, else beside the daemon."""
+    if os.environ.get('NEXTFS'):
+        return os.environ['NEXTFS']
+    return os.path.join(os.path.dirname(daemon_path()), 'nextfs')
+
+
 def backend():
     """'nextfs', 'fuse2fs', 'kernel' or 'custom'."""
     cmd = os.environ.get('NEXTFS_FUSE_CMD', '').strip()

@@ -75,3 +75,25 @@ def fsck_masked(image):
 
 def snap_dir(m, name=None):
     return m.p('.snapshots', name) if name else m.p('.snapshots')
+
+
+# What manifests of a mounted tree leave out: not file system content.
+SKIP = ('lost+found', '.snapshots')
+
+
+def snap_manifest(m, name):
+    """Manifest of a snapshot, minus the root's mtime.
+
+    .snapshots/NAME shows the take time as its mtime (so that ls -lt
+    sorts snapshots); the snapshot tests check that separately.
+    """
+    man = nx.tree_state(snap_dir(m, name), skip_top=SKIP)
+    man['.'].pop('mtime_ns', None)
+    return man
+
+
+def without_root_mtime(man):
+    man = dict(man)
+    man['.'] = dict(man['.'])
+    man['.'].pop('mtime_ns', None)
+    return man

@@ -64,33 +64,14 @@ import time
 
 import nxharness as nx
 import nxsnap
+from nxsnap import SKIP, snap_manifest, without_root_mtime
 
-SKIP = ('lost+found', '.snapshots')
 CHUNK = 1024
 BLOCK = 4096
 
 
-def tool_path():
-    if os.environ.get('NEXTFS'):
-        return os.environ['NEXTFS']
-    return os.path.join(os.path.dirname(nx.daemon_path()), 'nextfs')
-
-
 def live_manifest(root):
     return nx.tree_state(root, skip_top=SKIP)
-
-
-def snap_manifest(m, name):
-    man = nx.tree_state(nxsnap.snap_dir(m, name), skip_top=SKIP)
-    man['.'].pop('mtime_ns', None)
-    return man
-
-
-def without_root_mtime(man):
-    man = dict(man)
-    man['.'] = dict(man['.'])
-    man['.'].pop('mtime_ns', None)
-    return man
 
 
 # ------------------------------------------------------------ the workload
@@ -402,7 +383,7 @@ class CrashTest(nx.NxTestCase):
     def check_image(self, img, what):
         """nextfs check and masked e2fsck -fn (repairable for ext2)."""
         problems = []
-        p = subprocess.run([tool_path(), 'check', img], capture_output=True,
+        p = subprocess.run([nx.tool_path(), 'check', img], capture_output=True,
                            text=True, stdin=subprocess.DEVNULL)
         if p.returncode != 0:
             problems.append('nextfs check exit %d:\n%s' %

@@ -27,31 +27,13 @@ import time
 
 import nxharness as nx
 import nxsnap
+from nxsnap import SKIP, snap_manifest, without_root_mtime
 
 FS_NOCOW_FL = 0x00800000
-SKIP = ('lost+found', '.snapshots')
 
 
 def live_manifest(m):
     return nx.tree_state(m.path, skip_top=SKIP)
-
-
-def snap_manifest(m, name):
-    """Manifest of a snapshot, minus the root's mtime.
-
-    .snapshots/NAME shows the take time as its mtime (so that ls -lt
-    sorts snapshots); assert_snapshots checks that separately.
-    """
-    man = nx.tree_state(nxsnap.snap_dir(m, name), skip_top=SKIP)
-    man['.'].pop('mtime_ns', None)
-    return man
-
-
-def without_root_mtime(man):
-    man = dict(man)
-    man['.'] = dict(man['.'])
-    man['.'].pop('mtime_ns', None)
-    return man
 
 
 class Workload:

@@ -37,7 +37,7 @@ import nxharness as nx
 import nxsnap
 from test_snapshots import Workload
 
-SKIP = ('lost+found', '.snapshots')
+SKIP = nxsnap.SKIP
 
 
 class ToolWorkload(Workload):
@@ -52,15 +52,10 @@ class ToolWorkload(Workload):
                 raise
 
 
-def tool_path():
-    if os.environ.get('NEXTFS'):
-        return os.environ['NEXTFS']
-    return os.path.join(os.path.dirname(nx.daemon_path()), 'nextfs')
-
 
 def nextfs(*args, check=None, **kw):
     """Run the tool; CHECK: expected exit status (None: any)."""
-    p = nx.run([tool_path()] + list(args), check=False, **kw)
+    p = nx.run([nx.tool_path()] + list(args), check=False, **kw)
     if check is not None and p.returncode != check:
         raise AssertionError('nextfs %s: exit %d, expected %d:\n%s' %
                              (' '.join(args), p.returncode, check,
