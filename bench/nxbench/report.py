@@ -323,25 +323,17 @@ def _print_snapshots(res, out):
     size = res['meta']['params']['seq_size'] / MIB
     w('\nsnapshot costs (nextfs only; method: %s)\n' % (s.get('method') or
                                                         'none worked'))
-    rows = [
-        ('seq overwrite %d MiB, no snapshot' % size,
-         _fmt(s.get('overwrite_nosnap_mib_s'), ' MiB/s'),
-         'sparse image file (as mke2fs leaves it)'),
-        ('seq overwrite, 1 active snapshot',
-         _fmt(s.get('overwrite_snap_mib_s'), ' MiB/s'),
-         'ratio %s (>=%g %s)%s' % (_fmt(s.get('overwrite_ratio')),
-                                   SNAP_OVERWRITE_MIN,
-                                   s.get('overwrite_verdict'),
-                                   _pairs_txt(s, 'overwrite'))),
-        ('seq overwrite, no snapshot, device-like',
-         _fmt(s.get('overwrite_device_nosnap_mib_s'), ' MiB/s'),
-         'image file with no holes (every block written once)'),
-        ('seq overwrite, 1 active snapshot, device-like (no-hole) image',
-         _fmt(s.get('overwrite_device_snap_mib_s'), ' MiB/s'),
-         'ratio %s (>=%g %s)%s' % (_fmt(s.get('overwrite_device_ratio')),
-                                   SNAP_OVERWRITE_MIN,
-                                   s.get('overwrite_device_verdict'),
-                                   _pairs_txt(s, 'overwrite_device'))),
+    rows = _overwrite_rows(s, 'overwrite',
+                           'seq overwrite %d MiB, no snapshot' % size,
+                           'sparse image file (as mke2fs leaves it)',
+                           'seq overwrite, 1 active snapshot')
+    rows += _overwrite_rows(s, 'overwrite_device',
+                            'seq overwrite, no snapshot, device-like',
+                            'image file with no holes (every block written '
+                            'once)',
+                            'seq overwrite, 1 active snapshot, device-like '
+                            '(no-hole) image')
+    rows += [
         ('rand 4k overwrite, no snapshot',
          _fmt(s.get('randwrite_nosnap_iops'), ' IOPS'), ''),
         ('rand 4k overwrite, 1 snapshot',
@@ -425,6 +417,19 @@ def _print_snapshots(res, out):
                 w('  take on %s: not available: %s\n' %
                   (label, r[label]['error']))
         break
+
+
+def _overwrite_rows(s, key, nosnap_label, nosnap_note, snap_label):
+    """The without/with rows of one kind of image (KEY: summary prefix)."""
+    return [
+        (nosnap_label, _fmt(s.get(key + '_nosnap_mib_s'), ' MiB/s'),
+         nosnap_note),
+        (snap_label, _fmt(s.get(key + '_snap_mib_s'), ' MiB/s'),
+         'ratio %s (>=%g %s)%s' % (_fmt(s.get(key + '_ratio')),
+                                   SNAP_OVERWRITE_MIN,
+                                   s.get(key + '_verdict'),
+                                   _pairs_txt(s, key))),
+    ]
 
 
 def _pairs_txt(s, prefix):

@@ -248,6 +248,15 @@ def _device_like(image, out, log):
                       if d['misreported_hole_bytes'] else ''))
 
 
+def _discard(s, image, out):
+    """Stop session S for good (unmount or kill), record its problems in
+    OUT and delete IMAGE."""
+    s.abort()
+    out['problems'] = s.problems
+    if os.path.exists(image):
+        os.unlink(image)
+
+
 def run_pair(tracker, params, workdir, fuse_bin, cli, kind, tag, log):
     """One without/with overwrite pair on a fresh image of KIND 'sparse'
     (as mke2fs leaves it) or 'device' (fill_holes()): make the image,
@@ -277,10 +286,7 @@ def run_pair(tracker, params, workdir, fuse_bin, cli, kind, tag, log):
         out['error'] = str(e)
         log('    overwrite pair (%s): not available: %s' % (tag, e))
     finally:
-        s.abort()
-        out['problems'] = s.problems
-        if os.path.exists(image):
-            os.unlink(image)
+        _discard(s, image, out)
     return out
 
 
@@ -377,10 +383,7 @@ def _run_main(tracker, params, workdir, fuse_bin, cli, log, out, tag):
         out['error'] = str(e)
         log('    snapshot costs: not available: %s' % e)
     finally:
-        s.abort()
-        out['problems'] = s.problems
-        if os.path.exists(image):
-            os.unlink(image)
+        _discard(s, image, out)
     return pair
 
 
@@ -442,10 +445,7 @@ def run_take_scaling(tracker, params, workdir, fuse_bin, cli, log):
             r['error'] = str(e)
             log('    take on %s: not available: %s' % (label, e))
         finally:
-            s.abort()
-            r['problems'] = s.problems
-            if os.path.exists(image):
-                os.unlink(image)
+            _discard(s, image, r)
     return out
 
 
