@@ -28,6 +28,7 @@
 #include <sys/stat.h>
 #include "nextfs/file.h"
 #include "nextfs/blkio.h"
+#include "nextfs/grow.h"
 #include "nextfs/inode.h"
 #include "nextfs/snapshot.h"
 
@@ -688,15 +689,8 @@ struct read_batch {
 errcode_t nx_file_rd_add(struct nx_file_rd *rd, uint64_t dev, char *dst,
 			 uint64_t len)
 {
-	if (rd->n == rd->cap) {
-		size_t cap = rd->cap ? 2 * rd->cap : 4;
-		struct nx_file_rd_seg *v = realloc(rd->seg, cap * sizeof(*v));
-
-		if (!v)
-			return EXT2_ET_NO_MEMORY;
-		rd->seg = v;
-		rd->cap = cap;
-	}
+	if (nx_grow((void **)&rd->seg, &rd->cap, rd->n, sizeof(*rd->seg), 4))
+		return EXT2_ET_NO_MEMORY;
 	rd->seg[rd->n].dev = dev;
 	rd->seg[rd->n].dst = dst;
 	rd->seg[rd->n].len = len;
@@ -977,15 +971,9 @@ static errcode_t write_run(struct wctx *w, blk64_t lblk, blk64_t n,
 /* Remember that this write allocated [LBLK, LBLK + N) (unmap_unwritten). */
 static errcode_t note_fresh(struct wctx *w, blk64_t lblk, blk64_t n)
 {
-	if (w->nfresh == w->capfresh) {
-		size_t cap = w->capfresh ? 2 * w->capfresh : 8;
-		struct nx_fmap_run *v = realloc(w->fresh, cap * sizeof(*v));
-
-		if (!v)
-			return EXT2_ET_NO_MEMORY;
-		w->fresh = v;
-		w->capfresh = cap;
-	}
+	if (nx_grow((void **)&w->fresh, &w->capfresh, w->nfresh,
+		    sizeof(*w->fresh), 8))
+		return EXT2_ET_NO_MEMORY;
 	w->fresh[w->nfresh].lblk = lblk;
 	w->fresh[w->nfresh].len = n;
 	w->nfresh++;

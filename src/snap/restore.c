@@ -38,6 +38,7 @@
 #include <time.h>
 #include <et/com_err.h>
 #include "nextfs/blkio.h"
+#include "nextfs/grow.h"
 #include "nextfs/snaptool.h"
 #include "snap_internal.h"
 
@@ -73,22 +74,6 @@ struct restorer {
 	blk64_t cursor;			/* pick_free() resumes here */
 	int cursor_wrapped;
 };
-
-static errcode_t grow(void **v, size_t *cap, size_t n, size_t size)
-{
-	void *more;
-	size_t c;
-
-	if (n < *cap)
-		return 0;
-	c = *cap ? *cap * 2 : 64;
-	more = realloc(*v, c * size);
-	if (!more)
-		return EXT2_ET_NO_MEMORY;
-	*v = more;
-	*cap = c;
-	return 0;
-}
 
 static void progress(struct restorer *r, const char *what, uint64_t done,
 		     uint64_t total)
@@ -173,7 +158,8 @@ static int collect_mapping(ext2_filsys fs, blk64_t *blocknr,
 	ext2fs_mark_block_bitmap2(r->sblocks, *blocknr);
 	if (blockcnt < 0)
 		return 0;
-	if (grow((void **)&r->map, &r->capmap, r->nmap, sizeof(*r->map)))
+	if (nx_grow((void **)&r->map, &r->capmap, r->nmap, sizeof(*r->map),
+		    64))
 		return BLOCK_ABORT;
 	r->map[r->nmap].n = blockcnt;
 	r->map[r->nmap].b = *blocknr;
@@ -393,7 +379,7 @@ static int collect_tree_block(ext2_filsys fs, blk64_t *blocknr,
 
 	if (blockcnt >= 0)
 		return 0;
-	if (grow((void **)&tb->v, &tb->cap, tb->n, sizeof(*tb->v)))
+	if (nx_grow((void **)&tb->v, &tb->cap, tb->n, sizeof(*tb->v), 64))
 		return BLOCK_ABORT;
 	tb->v[tb->n++] = *blocknr;
 	return 0;
@@ -597,8 +583,8 @@ static errcode_t note_freed(struct restorer *r, ext2_ino_t ino)
 	for (i = 0; i < r->nfreed; i++)
 		if (r->freed[i] == ino)
 			return 0;
-	if (grow((void **)&r->freed, &r->capfreed, r->nfreed,
-		 sizeof(*r->freed)))
+	if (nx_grow((void **)&r->freed, &r->capfreed, r->nfreed,
+		    sizeof(*r->freed), 64))
 		return EXT2_ET_NO_MEMORY;
 	r->freed[r->nfreed++] = ino;
 	return 0;
@@ -845,8 +831,8 @@ static errcode_t fill_pool(struct restorer *r, ext2fs_block_bitmap used)
 		if (!ext2fs_test_block_bitmap2(r->sblocks, b) ||
 		    ext2fs_test_block_bitmap2(used, b))
 			continue;
-		if (grow((void **)&r->pool, &r->cappool, r->npool,
-			 sizeof(*r->pool)))
+		if (nx_grow((void **)&r->pool, &r->cappool, r->npool,
+			    sizeof(*r->pool), 64))
 			return EXT2_ET_NO_MEMORY;
 		r->pool[r->npool++] = b;
 	}
@@ -891,8 +877,8 @@ static errcode_t guard_hook(void *priv, uint64_t off, uint64_t len,
 		r->res->blocks_freed--;
 		err = nx_blkio_pwrite_raw(r->io, old, bs, p * bs);
 		if (!err)
-			err = grow((void **)&r->added, &r->capadded,
-				   r->nadded, sizeof(*r->added));
+			err = nx_grow((void **)&r->added, &r->capadded,
+				      r->nadded, sizeof(*r->added), 64);
 		if (err)
 			break;
 		r->res->blocks_guarded++;

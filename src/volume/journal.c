@@ -42,6 +42,7 @@
 #include <time.h>
 #include "nextfs/journal.h"
 #include "nextfs/blkio.h"
+#include "nextfs/grow.h"
 #include "nextfs/volume.h"
 #include <et/com_err.h>
 
@@ -649,15 +650,9 @@ static errcode_t add_revokes(struct replay *r, const unsigned char *b,
 
 		if (rec == 8)
 			blk = blk << 32 | get_be32(b + at + 4);
-		if (r->nrv == r->caprv) {
-			size_t cap = r->caprv ? 2 * r->caprv : 64;
-			struct revoke *nv = realloc(r->rv, cap * sizeof(*nv));
-
-			if (!nv)
-				return EXT2_ET_NO_MEMORY;
-			r->rv = nv;
-			r->caprv = cap;
-		}
+		if (nx_grow((void **)&r->rv, &r->caprv, r->nrv,
+			    sizeof(*r->rv), 64))
+			return EXT2_ET_NO_MEMORY;
 		r->rv[r->nrv].blk = blk;
 		r->rv[r->nrv].seq = seq;
 		r->nrv++;
