@@ -251,7 +251,9 @@ static errcode_t view_bytes(struct view_ctx *v, char *buf, uint64_t off,
 		if (pos + chunk > end)
 			chunk = end - pos;
 		dev = phys * bs + in_blk;
-		if (rd && pos >= 2048 && !nx_blkio_range_held(io, dev, chunk))
+		/* patch_superblock() rewrites its bytes: those read now. */
+		if (rd && pos >= SUPERBLOCK_OFFSET + SUPERBLOCK_SIZE &&
+		    !nx_blkio_range_held(io, dev, chunk))
 			err = nx_file_rd_add(rd, dev, buf + (pos - off), chunk);
 		else
 			err = nx_blkio_pread(io, buf + (pos - off), chunk, dev);
