@@ -33,6 +33,7 @@ import fcntl
 import hashlib
 import os
 import pickle
+import random
 import re
 import shlex
 import shutil
@@ -768,6 +769,13 @@ class NxTestCase(unittest.TestCase):
     @property
     def extents(self):
         return HAS_EXTENTS[self.flavour]
+
+    def seed(self):
+        """A random seed, or NEXTFS_SEED; printed so a failure repeats."""
+        s = os.environ.get('NEXTFS_SEED')
+        seed = int(s) if s else random.randrange(1 << 30)
+        print('seed %d (NEXTFS_SEED to repeat)' % seed)
+        return seed
 
     def setUp(self):
         self.work = tempfile.mkdtemp(prefix='nxtest.', dir=tmp_root())

@@ -341,12 +341,6 @@ def chunk_problems(data, versions):
 
 class CrashTest(nx.NxTestCase):
 
-    def seed(self):
-        s = os.environ.get('NEXTFS_SEED')
-        seed = int(s) if s else random.randrange(1 << 30)
-        print('seed %d (NEXTFS_SEED to repeat)' % seed)
-        return seed
-
     def base_tree(self, m, rng):
         os.makedirs(m.p('d1/d2'))
         os.mkdir(m.p('empty'))

@@ -184,12 +184,6 @@ class Workload:
 
 class SnapshotTest(nx.NxTestCase):
 
-    def seed(self):
-        s = os.environ.get('NEXTFS_SEED')
-        seed = int(s) if s else random.randrange(1 << 30)
-        print('seed %d (NEXTFS_SEED to repeat)' % seed)
-        return seed
-
     def assert_fsck_masked(self, img):
         rc, out = nxsnap.fsck_masked(img)
         self.assertEqual(rc, 0, 'e2fsck -fn (HAS_SNAPSHOT masked):\n' +

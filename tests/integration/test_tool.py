@@ -27,7 +27,6 @@ disk) gets a clear message, the documented exit status and no change.
 import errno
 import hashlib
 import os
-import random
 import shutil
 import struct
 import subprocess
@@ -153,12 +152,6 @@ def apply_diff(test, old, new, changes, what):
 
 
 class ToolTest(nx.NxTestCase):
-
-    def seed(self):
-        s = os.environ.get('NEXTFS_SEED')
-        seed = int(s) if s else random.randrange(1 << 30)
-        print('seed %d (NEXTFS_SEED to repeat)' % seed)
-        return seed
 
     def assertCheckClean(self, img, *extra):
         p = nextfs('check', *extra, img)
