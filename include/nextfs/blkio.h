@@ -78,6 +78,26 @@ errcode_t nx_blkio_pread_shared(struct nx_blkio *io, void *buf, uint64_t len,
 errcode_t nx_blkio_pwrite_data(struct nx_blkio *io, const void *buf,
 			       uint64_t len, uint64_t offset);
 
+/*
+ * Write-back and drop-behind of streamed file data.  nx_blkio_pwrite_data
+ * remembers writes of at least NX_BLKIO_STREAM_MIN bytes.  Called outside
+ * the volume lock (after replying to the writer), nx_blkio_stream_settle
+ * starts write-back of what was remembered once NX_BLKIO_STREAM_CHUNK
+ * bytes have gathered, and drops from the page cache of the image file
+ * (or block device) the ranges started more than NX_BLKIO_STREAM_WINDOW
+ * bytes ago.  Why: the kernel's FUSE page cache already keeps the file's
+ * data for its users (keep_cache), so a second cached copy in the image's
+ * page cache only costs memory, and writes that reuse recently freed
+ * pages are much cheaper than writes into pages never touched, which is
+ * what new blocks (allocation, and every overwrite under a snapshot)
+ * would otherwise get.  Only hints: durability and ordering are still
+ * decided by the commits' fdatasyncs; dirty pages are never dropped.
+ */
+#define NX_BLKIO_STREAM_MIN	(128U << 10)
+#define NX_BLKIO_STREAM_CHUNK	(8U << 20)
+#define NX_BLKIO_STREAM_WINDOW	(32U << 20)
+void nx_blkio_stream_settle(struct nx_blkio *io);
+
 /* Write bypassing the hook: only for the snapshot layer's own copies. */
 errcode_t nx_blkio_pwrite_raw(struct nx_blkio *io, const void *buf,
 			      uint64_t len, uint64_t offset);

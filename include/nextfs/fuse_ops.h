@@ -88,9 +88,6 @@ struct nx_fuse {
 	struct nx_fuse **views;		/* live: one per snapshot id browsed */
 	size_t nviews;
 	struct nx_committer *committer;	/* live rw: the commit timer */
-	/* live rw: early write-back of file data (fuse_ops.c) */
-	int wb_fd;			/* second fd on the device, or -1 */
-	uint64_t wb_pending;		/* bytes written since the last kick */
 };
 
 /*

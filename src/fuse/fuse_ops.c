@@ -33,6 +33,7 @@
 #include <unistd.h>
 #include <sys/stat.h>
 #include <linux/fs.h>
+#include "nextfs/blkio.h"
 #include "nextfs/dir.h"
 #include "nextfs/file.h"
 #include "nextfs/inode.h"
@@ -224,54 +225,6 @@ static int retry_enospc(struct nx_fuse *fs, errcode_t err, int *tries)
 	return 1;
 }
 
-/*
- * Early write-back of streamed file data.  File data goes to the device
- * with plain pwrite (nx_blkio_pwrite_data), so it sits dirty in the page
- * cache of the image file (or block device) until the next commit's
- * fdatasync writes it all at once, while the writer waits.  Every
- * NX_WB_CHUNK bytes of large writes we ask the kernel to start writing
- * back now (SYNC_FILE_RANGE_WRITE: start, do not wait), after the reply,
- * so that the device works while the writer goes on.
- *
- * Safety: this only starts writing what has already been handed to the
- * kernel with pwrite, which the kernel may write back at any moment
- * anyway (age, memory pressure); every ordering the commits rely on is
- * made by their fdatasyncs, and bytes that must not reach the device yet
- * (held in the transaction) are not in the page cache.  Durability is
- * unchanged: still decided by the commits alone.
- *
- * Small writes do not count: random rewrites gain nothing from it, and
- * on devices with stable pages a rewrite of a page under write-back waits.
- */
-#define NX_WB_CHUNK		(8U << 20)
-#define NX_WB_MIN_WRITE		(128U << 10)
-
-static void wb_open(struct nx_fuse *fs)
-{
-	fs->wb_fd = -1;
-	fs->wb_pending = 0;
-	if (!fs->vol || nx_volume_rdonly(fs->vol) || !fs->vol->device)
-		return;
-	fs->wb_fd = open(fs->vol->device, O_RDONLY | O_CLOEXEC);
-}
-
-static void wb_close(struct nx_fuse *fs)
-{
-	if (fs->wb_fd >= 0)
-		close(fs->wb_fd);
-	fs->wb_fd = -1;
-}
-
-static void wb_written(struct nx_fuse *fs, size_t n)
-{
-	if (fs->space || fs->wb_fd < 0 || n < NX_WB_MIN_WRITE ||
-	    __atomic_add_fetch(&fs->wb_pending, n, __ATOMIC_RELAXED) <
-	    NX_WB_CHUNK)
-		return;
-	__atomic_store_n(&fs->wb_pending, 0, __ATOMIC_RELAXED);
-	sync_file_range(fs->wb_fd, 0, 0, SYNC_FILE_RANGE_WRITE);
-}
-
 /* ------------------------------------------------------------------ */
 /* Session                                                             */
 
@@ -310,7 +263,6 @@ static void nx_op_init(void *userdata, struct fuse_conn_info *conn)
 	conn->time_gran = EXT2_INODE_SIZE(fs->vol->fs->super) >
 			  EXT2_GOOD_OLD_INODE_SIZE ? 1 : 1000000000;
 	fs->dont_mask = (conn->want & FUSE_CAP_DONT_MASK) != 0;
-	wb_open(fs);
 }
 
 /* Unmount: free what the kernel kept alive, then close (mark clean). */
@@ -327,7 +279,6 @@ static void nx_op_destroy(void *userdata)
 	if (err)
 		fuse_log(FUSE_LOG_ERR, "freeing unlinked inodes: %s\n",
 			 strerror(nx_errno(err)));
-	wb_close(fs);
 	cerr = nx_volume_close(fs->vol);
 	fs->vol = NULL;
 	fs->close_err = cerr ? cerr : err;
@@ -1046,7 +997,9 @@ static void nx_op_write(fuse_req_t req, fuse_ino_t nodeid, const char *buf,
 		return;
 	}
 	fuse_reply_write(req, written);
-	wb_written(fs, written);
+	/* Outside the lock, after the reply: the writer goes on meanwhile. */
+	if (!fs->space && written >= NX_BLKIO_STREAM_MIN)
+		nx_blkio_stream_settle(fs->vol->io);
 }
 
 static void nx_op_flush(fuse_req_t req, fuse_ino_t nodeid,

@@ -22,6 +22,24 @@
 #include "nextfs/faults.h"
 #include "nextfs/journal.h"
 
+/*
+ * Streamed file data written to the device, oldest first: a ring of
+ * byte ranges (contiguous writes merged).  The first STARTED have had
+ * their write-back started; see nx_blkio_stream_settle().
+ */
+#define STREAM_RANGES 64
+
+struct byte_range {
+	uint64_t off, len;
+};
+
+struct stream_ranges {
+	pthread_mutex_t lock;
+	struct byte_range r[STREAM_RANGES];
+	unsigned head, count, started;
+	uint64_t started_bytes, unstarted_bytes;
+};
+
 struct nx_blkio {
 	int fd;
 	int rdonly;
@@ -47,6 +65,7 @@ struct nx_blkio {
 	 * write takes it exclusively (see nx_blkio_share_begin).
 	 */
 	pthread_rwlock_t share;
+	struct stream_ranges stream;	/* streamed file data (see below) */
 };
 
 /* Statistics are also counted by shared readers, outside the lock. */
@@ -589,31 +608,109 @@ static errcode_t hold_txn_range(struct nx_blkio *io, const void *buf,
 	return err;
 }
 
-errcode_t nx_blkio_pwrite_data(struct nx_blkio *io, const void *buf,
-			       uint64_t len, uint64_t offset)
+/*
+ * Remember a streamed write.  Writers hold the volume lock; the ring has
+ * its own because nx_blkio_stream_settle() runs outside it.
+ */
+static void stream_note(struct stream_ranges *st, uint64_t off, uint64_t len)
 {
-	uint64_t copies;
-	errcode_t err;
+	unsigned last;
 
-	if (io->rdonly)
-		return EROFS;
-	if (!io->txn || io->in_hook)
-		return nx_blkio_pwrite(io, buf, len, offset);
-	/*
-	 * File data goes straight to the device (ordered mode: it is durable
-	 * before the commit that makes it reachable) - unless the hook had
-	 * to copy the old content into a snapshot: then the snapshot's
-	 * mapping is not durable before the commit, so the new bytes wait
-	 * in the transaction like metadata.
-	 */
-	copies = io->hook_copies;
-	err = call_hook(io, buf, len, offset);
+	pthread_mutex_lock(&st->lock);
+	last = (st->head + st->count - 1) % STREAM_RANGES;
+	if (st->count > st->started && st->r[last].off + st->r[last].len == off) {
+		st->r[last].len += len;
+	} else {
+		if (st->count == STREAM_RANGES) {
+			/* Forget the oldest: its pages just stay cached. */
+			if (st->started) {
+				st->started--;
+				st->started_bytes -= st->r[st->head].len;
+			} else {
+				st->unstarted_bytes -= st->r[st->head].len;
+			}
+			st->head = (st->head + 1) % STREAM_RANGES;
+			st->count--;
+		}
+		last = (st->head + st->count++) % STREAM_RANGES;
+		st->r[last].off = off;
+		st->r[last].len = len;
+	}
+	st->unstarted_bytes += len;
+	pthread_mutex_unlock(&st->lock);
+}
+
+void nx_blkio_stream_settle(struct nx_blkio *io)
+{
+	struct stream_ranges *st = &io->stream;
+	struct byte_range start[STREAM_RANGES], drop[STREAM_RANGES];
+	unsigned nstart = 0, ndrop = 0, i;
+
+	pthread_mutex_lock(&st->lock);
+	if (st->unstarted_bytes < NX_BLKIO_STREAM_CHUNK) {
+		pthread_mutex_unlock(&st->lock);
+		return;
+	}
+	for (i = st->started; i < st->count; i++)
+		start[nstart++] = st->r[(st->head + i) % STREAM_RANGES];
+	st->started = st->count;
+	st->started_bytes += st->unstarted_bytes;
+	st->unstarted_bytes = 0;
+	while (st->count > 1 && st->started_bytes - st->r[st->head].len >=
+	       NX_BLKIO_STREAM_WINDOW) {
+		drop[ndrop++] = st->r[st->head];
+		st->started_bytes -= st->r[st->head].len;
+		st->head = (st->head + 1) % STREAM_RANGES;
+		st->count--;
+		st->started--;
+	}
+	pthread_mutex_unlock(&st->lock);
+	for (i = 0; i < nstart; i++)
+		sync_file_range(io->fd, (off_t)start[i].off,
+				(off_t)start[i].len, SYNC_FILE_RANGE_WRITE);
+	for (i = 0; i < ndrop; i++)
+		posix_fadvise(io->fd, (off_t)drop[i].off, (off_t)drop[i].len,
+			      POSIX_FADV_DONTNEED);
+}
+
+/*
+ * File data goes straight to the device (ordered mode: it is durable
+ * before the commit that makes it reachable) - unless the hook had to
+ * copy the old content into a snapshot: then the snapshot's mapping is
+ * not durable before the commit, so the new bytes wait in the
+ * transaction like metadata.
+ */
+static errcode_t write_txn_data(struct nx_blkio *io, const void *buf,
+				uint64_t len, uint64_t offset)
+{
+	uint64_t copies = io->hook_copies;
+	errcode_t err = call_hook(io, buf, len, offset);
+
 	if (err)
 		return err;
 	if (io->hook_copies != copies)
 		return hold_txn_range(io, buf, len, offset, 1);
 	err = settle_overlaps(io, buf, len, offset);
-	return err ? err : write_device(io, buf, len, offset);
+	if (!err)
+		err = write_device(io, buf, len, offset);
+	if (!err && len >= NX_BLKIO_STREAM_MIN)
+		stream_note(&io->stream, offset, len);
+	return err;
+}
+
+errcode_t nx_blkio_pwrite_data(struct nx_blkio *io, const void *buf,
+			       uint64_t len, uint64_t offset)
+{
+	errcode_t err;
+
+	if (io->rdonly)
+		return EROFS;
+	if (io->txn && !io->in_hook)
+		return write_txn_data(io, buf, len, offset);
+	err = nx_blkio_pwrite(io, buf, len, offset);
+	if (!err && !io->in_hook && len >= NX_BLKIO_STREAM_MIN)
+		stream_note(&io->stream, offset, len);
+	return err;
 }
 
 errcode_t nx_blkio_pwrite(struct nx_blkio *io, const void *buf, uint64_t len,
@@ -805,6 +902,7 @@ static errcode_t blkio_open(const char *name, int flags, io_channel *ret)
 	}
 	io->rdonly = !(flags & IO_FLAG_RW);
 	pthread_rwlock_init(&io->share, NULL);
+	pthread_mutex_init(&io->stream.lock, NULL);
 	if (getenv("NEXTFS_FAULTS")) {
 		err = nx_faults_parse(getenv("NEXTFS_FAULTS"), &io->env_faults,
 				      NULL, 0);
@@ -825,6 +923,7 @@ fail:
 	if (io && io->fd > 0) {
 		close(io->fd);
 		pthread_rwlock_destroy(&io->share);
+		pthread_mutex_destroy(&io->stream.lock);
 	}
 	free(io);
 	if (chan)
@@ -848,6 +947,7 @@ static errcode_t blkio_close(io_channel channel)
 	free(io->slots);
 	close(io->fd);
 	pthread_rwlock_destroy(&io->share);
+	pthread_mutex_destroy(&io->stream.lock);
 	free(io);
 	free(channel->name);
 	free(channel);

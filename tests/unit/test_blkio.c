@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/mman.h>
+#include <sys/vfs.h>
 #include "fixture.h"
 #include "nextfs/blkio.h"
 
@@ -129,6 +131,98 @@ START_TEST(test_batch_keeps_order_with_larger_writes)
 }
 END_TEST
 
+/*
+ * A file for page-cache tests: not on tmpfs, whose pages cannot be
+ * dropped (/var/tmp, else the working directory: the build tree).
+ */
+static void disk_file(char *path, size_t size)
+{
+	const char *dirs[] = { "/var/tmp", "." };
+	struct statfs sf;
+	size_t i;
+	int fd;
+
+	for (i = 0; i < 2; i++)
+		if (statfs(dirs[i], &sf) == 0 && sf.f_type != 0x01021994)
+			break;
+	ck_assert_msg(i < 2, "no disk-backed directory for the test file");
+	snprintf(path, 64, "%s/nxstream-XXXXXX", dirs[i]);
+	fd = mkstemp(path);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(ftruncate(fd, (off_t)size), 0);
+	close(fd);
+}
+
+/* Bytes of [off, off+len) of PATH in the page cache. */
+static size_t resident_bytes(const char *path, size_t off, size_t len)
+{
+	long page = sysconf(_SC_PAGESIZE);
+	size_t n = len / (size_t)page, i, count = 0;
+	unsigned char *vec = malloc(n);
+	int fd = open(path, O_RDONLY);
+	void *map;
+
+	ck_assert_ptr_nonnull(vec);
+	ck_assert_int_ge(fd, 0);
+	map = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, (off_t)off);
+	ck_assert_ptr_ne(map, MAP_FAILED);
+	ck_assert_int_eq(mincore(map, len, vec), 0);
+	for (i = 0; i < n; i++)
+		count += vec[i] & 1;
+	munmap(map, len);
+	close(fd);
+	free(vec);
+	return count * (size_t)page;
+}
+
+/*
+ * Streamed file data does not stay in the image's page cache beyond the
+ * window (the FUSE page cache has it), small writes are left alone, and
+ * what was dropped reads back intact from the device.
+ */
+START_TEST(test_streamed_data_dropped_behind_window)
+{
+	const size_t mib = 1U << 20, total = 64 * mib;
+	char path[64], *buf = malloc(mib), *out = malloc(mib);
+	struct nx_blkio *io;
+	io_channel chan;
+	size_t pos;
+
+	ck_assert_ptr_nonnull(buf);
+	ck_assert_ptr_nonnull(out);
+	disk_file(path, total + mib);
+	ck_assert_int_eq(nx_blkio_manager->open(path, IO_FLAG_RW, &chan), 0);
+	io = nx_blkio_from_channel(chan);
+	/* small writes: not streamed data */
+	memset(buf, 's', mib);
+	for (pos = 0; pos < mib; pos += 4096)
+		ck_assert_int_eq(nx_blkio_pwrite_data(io, buf, 4096,
+						      total + pos), 0);
+	for (pos = 0; pos < total; pos += mib) {
+		memset(buf, (int)('A' + pos / mib % 26), mib);
+		ck_assert_int_eq(nx_blkio_pwrite_data(io, buf, mib, pos), 0);
+		nx_blkio_stream_settle(io);
+		/*
+		 * Write-back of what is dropped must be complete, or its
+		 * dirty or in-flight pages are (rightly) kept.
+		 */
+		if (pos + mib == 16 * mib)
+			ck_assert_int_eq(nx_blkio_sync(io), 0);
+	}
+	ck_assert_uint_eq(resident_bytes(path, 0, 16 * mib), 0);
+	ck_assert_uint_eq(resident_bytes(path, total, mib), mib);
+	for (pos = 0; pos < total; pos += mib) {
+		ck_assert_int_eq(nx_blkio_pread(io, out, mib, pos), 0);
+		memset(buf, (int)('A' + pos / mib % 26), mib);
+		ck_assert_int_eq(memcmp(out, buf, mib), 0);
+	}
+	io_channel_close(chan);
+	unlink(path);
+	free(buf);
+	free(out);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("blkio");
@@ -139,6 +233,7 @@ int main(void)
 	tcase_add_test(tc, test_hook_sees_old_content_before_every_write);
 	tcase_add_test(tc, test_batch_holds_repeated_writes_and_reads_see_them);
 	tcase_add_test(tc, test_batch_keeps_order_with_larger_writes);
+	tcase_add_test(tc, test_streamed_data_dropped_behind_window);
 	suite_add_tcase(s, tc);
 	sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);
