@@ -11,7 +11,10 @@
  *
  * It also counts bytes read and written (for write-amplification tests
  * and benchmarks) and offers direct range I/O used by the file data path
- * to issue large contiguous requests.
+ * to issue large contiguous requests.  Reads of 128 KiB or more whose
+ * offset, length and buffer are 4 KiB aligned bypass the page cache
+ * (O_DIRECT; coherent with the buffered writes) where the device allows
+ * it: the kernel's FUSE page cache is the one that keeps file data.
  */
 #ifndef NEXTFS_BLKIO_H
 #define NEXTFS_BLKIO_H

@@ -950,11 +950,11 @@ static void nx_op_read(fuse_req_t req, fuse_ino_t nodeid, size_t size,
 		       off_t off, struct fuse_file_info *fi)
 {
 	struct nx_fuse *fs = req_fs(req);
-	char *buf = malloc(size ? size : 1);
+	char *buf = NULL;
 	size_t got = 0;
 	errcode_t err;
 
-	if (!buf) {
+	if (posix_memalign((void **)&buf, 4096, size ? size : 1)) {
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
