@@ -264,16 +264,27 @@ def replay(log_path, trust_fsync=True):
             except ValueError:
                 break           # a torn last line: the child was killed
 
+    # path -> the temporary name its file had before a replace renamed it
+    # there.  Until that rename is durable the file may still be found
+    # under the old name after a crash, holding whatever was written to
+    # it since (data is written in place, ordered mode, as on ext4).
+    alias = {}
+
     def hist(path):
         return files.setdefault(path, FileHistory())
+
+    def add_version(h, content):
+        h.versions.append(content)
+        if h.durable is not None:
+            h.changed = True
 
     def new_version(path, content):
         h = hist(path)
         current[path] = content
-        h.versions.append(content)
+        add_version(h, content)
         h.exists = True
-        if h.durable is not None:
-            h.changed = True
+        if path in alias:
+            add_version(hist(alias[path]), content)
 
     for rec in records:
         if 'b' in rec:
@@ -299,7 +310,9 @@ def replay(log_path, trust_fsync=True):
                 new_version(tmp, b'')
                 new_version(tmp, nx.pattern(op['size'], op['seed']))
                 new_version(op['path'], nx.pattern(op['size'], op['seed']))
+                alias[op['path']] = tmp
             elif kind == 'delete':
+                alias.pop(op['path'], None)
                 h = hist(op['path'])
                 if h.durable is not None:
                     h.may_vanish = True
