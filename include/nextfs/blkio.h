@@ -75,6 +75,15 @@ errcode_t nx_blkio_pread_shared(struct nx_blkio *io, void *buf, uint64_t len,
 				uint64_t offset);
 
 /*
+ * Reads of at least NX_BLKIO_DIRECT_MIN bytes whose offset, length and
+ * buffer are multiples of NX_BLKIO_DIRECT_ALIGN bypass the page cache
+ * (see the top of this file); callers that read file data in large
+ * pieces allocate their buffers aligned.
+ */
+#define NX_BLKIO_DIRECT_MIN	(128U << 10)
+#define NX_BLKIO_DIRECT_ALIGN	4096U
+
+/*
  * File data: like nx_blkio_pwrite, but inside a transaction it goes to the
  * device at once instead of being held (see nx_blkio_txn_begin).
  */

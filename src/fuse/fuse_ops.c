@@ -954,7 +954,8 @@ static void nx_op_read(fuse_req_t req, fuse_ino_t nodeid, size_t size,
 	size_t got = 0;
 	errcode_t err;
 
-	if (posix_memalign((void **)&buf, 4096, size ? size : 1)) {
+	if (posix_memalign((void **)&buf, NX_BLKIO_DIRECT_ALIGN,
+			   size ? size : 1)) {
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}

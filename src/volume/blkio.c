@@ -362,20 +362,19 @@ errcode_t nx_blkio_end_batch(struct nx_blkio *io)
  * where the request is aligned; a device or file system that refuses
  * them (tmpfs, odd sector sizes) gets buffered reads from then on.
  */
-#define DIRECT_READ_MIN		(128U << 10)
-#define DIRECT_ALIGN		4096U
-
 static int read_direct(struct nx_blkio *io, char *p, uint64_t len,
 		       uint64_t offset)
 {
-	int dfd = __atomic_load_n(&io->dfd, __ATOMIC_RELAXED);
 	ssize_t n;
 
-	if (dfd < 0 || len < DIRECT_READ_MIN || len % DIRECT_ALIGN ||
-	    offset % DIRECT_ALIGN || (uintptr_t)p % DIRECT_ALIGN)
+	if (io->dfd < 0 ||
+	    __atomic_load_n(&io->dfd_refused, __ATOMIC_RELAXED) ||
+	    len < NX_BLKIO_DIRECT_MIN || len % NX_BLKIO_DIRECT_ALIGN ||
+	    offset % NX_BLKIO_DIRECT_ALIGN ||
+	    (uintptr_t)p % NX_BLKIO_DIRECT_ALIGN)
 		return 0;
 	do
-		n = pread(dfd, p, len, (off_t)offset);
+		n = pread(io->dfd, p, len, (off_t)offset);
 	while (n < 0 && errno == EINTR);
 	if (n < 0 && errno == EINVAL)
 		__atomic_store_n(&io->dfd_refused, 1, __ATOMIC_RELAXED);
@@ -396,8 +395,7 @@ static errcode_t read_device(struct nx_blkio *io, char *p, uint64_t len,
 		if (fate)
 			return fate;
 	}
-	if (!__atomic_load_n(&io->dfd_refused, __ATOMIC_RELAXED) &&
-	    read_direct(io, p, len, offset))
+	if (read_direct(io, p, len, offset))
 		return 0;
 	while (len > 0) {
 		ssize_t n = pread(io->fd, p, len, (off_t)offset);
@@ -447,7 +445,6 @@ errcode_t nx_blkio_pread(struct nx_blkio *io, void *buf, uint64_t len,
 	if (read_held_block(io, buf, len, offset))
 		return 0;
 	err = read_device(io, buf, len, offset);
-
 	if (!err)
 		overlay_held(io, buf, len, offset);
 	return err;
@@ -646,13 +643,16 @@ static errcode_t hold_txn_range(struct nx_blkio *io, const void *buf,
 }
 
 /*
- * Remember a streamed write.  Writers hold the volume lock; the ring has
- * its own because nx_blkio_stream_settle() runs outside it.
+ * Remember a data write if it is streamed (NX_BLKIO_STREAM_MIN or more).
+ * Writers hold the volume lock; the ring has its own because
+ * nx_blkio_stream_settle() runs outside it.
  */
 static void stream_note(struct stream_ranges *st, uint64_t off, uint64_t len)
 {
 	unsigned last;
 
+	if (len < NX_BLKIO_STREAM_MIN)
+		return;
 	pthread_mutex_lock(&st->lock);
 	last = (st->head + st->count - 1) % STREAM_RANGES;
 	if (st->count > st->started && st->r[last].off + st->r[last].len == off) {
@@ -730,7 +730,7 @@ static errcode_t write_txn_data(struct nx_blkio *io, const void *buf,
 	err = settle_overlaps(io, buf, len, offset);
 	if (!err)
 		err = write_device(io, buf, len, offset);
-	if (!err && len >= NX_BLKIO_STREAM_MIN)
+	if (!err)
 		stream_note(&io->stream, offset, len);
 	return err;
 }
@@ -745,7 +745,7 @@ errcode_t nx_blkio_pwrite_data(struct nx_blkio *io, const void *buf,
 	if (io->txn && !io->in_hook)
 		return write_txn_data(io, buf, len, offset);
 	err = nx_blkio_pwrite(io, buf, len, offset);
-	if (!err && !io->in_hook && len >= NX_BLKIO_STREAM_MIN)
+	if (!err && !io->in_hook)
 		stream_note(&io->stream, offset, len);
 	return err;
 }
