@@ -409,20 +409,19 @@ def close_fds_below(path):
 def environment(**kw):
     """Set environment variables for the duration (None: unset); the
     daemons started meanwhile inherit them."""
+    def apply(values):
+        for k, v in values.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
     saved = {k: os.environ.get(k) for k in kw}
     try:
-        for k, v in kw.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+        apply(kw)
         yield
     finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+        apply(saved)
 
 
 @contextlib.contextmanager
