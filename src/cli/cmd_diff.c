@@ -30,6 +30,7 @@
 #include <sys/xattr.h>
 #include <linux/fs.h>
 #include <et/com_err.h>
+#include "nextfs/nxioctl.h"
 #include "nextfs/snaptool.h"
 #include "cli.h"
 
@@ -213,6 +214,33 @@ static unsigned generation_of(const char *path, const struct stat *st)
 		gen = 0;
 	close(fd);
 	return gen;
+}
+
+/* The real mtime of PATH (NX_IOC_GET_MTIME); 0 if the mount cannot say. */
+static int real_mtime(const char *path, struct nx_ioc_time *t)
+{
+	int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC), ok;
+
+	if (fd < 0)
+		return 0;
+	ok = ioctl(fd, NX_IOC_GET_MTIME, t) == 0;
+	close(fd);
+	return ok;
+}
+
+/*
+ * Was the root modified, as far as its mtime tells?  stat() shows a
+ * snapshot root's take time, so the real mtimes are asked of the daemon;
+ * a mount that cannot answer leaves it to TOUCHED: an entry of the root
+ * came, went or moved (which is what moves a directory's mtime).
+ */
+static int root_mtime_moved(const char *a, const char *b, int touched)
+{
+	struct nx_ioc_time ta, tb;
+
+	if (!real_mtime(a, &ta) || !real_mtime(b, &tb))
+		return touched;
+	return ta.sec != tb.sec || ta.nsec != tb.nsec;
 }
 
 static int mrec_add(struct mdiff *md, int s, const char *full,
@@ -538,16 +566,17 @@ static int diff_mount(const char *mnt, const char *old, const char *new,
 	for (i = 0; i < md.n && !rc; i++)
 		rc = mclassify(&md, &md.recs[i]);
 	/*
-	 * The root has no entry.  A snapshot's root shows the take time as
-	 * its mtime, so the root counts as modified when an entry of it came,
-	 * went or moved (that is what moves a directory's mtime), or when
-	 * its owner, mode, link count or xattrs differ.
+	 * The root has no entry: it counts as modified when its mtime moved
+	 * (root_mtime_moved) or its owner, mode, link count or xattrs
+	 * differ.
 	 */
 	if (!rc) {
 		struct stat a, b;
 
 		rc = stat(roots[0], &a) || stat(roots[1], &b);
-		if (!rc && (md.root_touched || a.st_mode != b.st_mode ||
+		if (!rc && (root_mtime_moved(roots[0], roots[1],
+					     md.root_touched) ||
+			    a.st_mode != b.st_mode ||
 			    a.st_uid != b.st_uid || a.st_gid != b.st_gid ||
 			    a.st_nlink != b.st_nlink ||
 			    xattrs_differ(roots[0], roots[1])))

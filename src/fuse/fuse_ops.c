@@ -37,6 +37,7 @@
 #include "nextfs/dir.h"
 #include "nextfs/file.h"
 #include "nextfs/inode.h"
+#include "nextfs/nxioctl.h"
 #include "nextfs/perm.h"
 #include "nextfs/volume.h"
 #include "nextfs/xattr.h"
@@ -1351,7 +1352,7 @@ static void nx_op_removexattr(fuse_req_t req, fuse_ino_t nodeid,
 }
 
 /* ------------------------------------------------------------------ */
-/* ioctl: inode flags (chattr/lsattr) and the generation number        */
+/* ioctl: inode flags (chattr/lsattr), generation number, real mtime    */
 
 #ifndef FS_IOC32_GETFLAGS
 #define FS_IOC32_GETFLAGS	_IOR('f', 1, int)
@@ -1461,6 +1462,29 @@ static errcode_t ioctl_getversion(struct nx_fuse *fs, ext2_ino_t ino,
 	return 0;
 }
 
+/* NX_IOC_GET_MTIME: the inode's mtime, before nx_fuse_fix_stat(). */
+static errcode_t ioctl_get_mtime(struct nx_fuse *fs, ext2_ino_t ino,
+				 void *out, size_t *out_size)
+{
+	struct ext2_inode_large inode;
+	struct nx_ioc_time t;
+	struct stat st;
+	errcode_t err;
+
+	if (*out_size < sizeof(t))
+		return EINVAL;
+	err = nx_inode_read(fs->vol, ino, &inode);
+	if (err)
+		return err;
+	nx_inode_to_stat(fs->vol, ino, &inode, &st);
+	memset(&t, 0, sizeof(t));
+	t.sec = st.st_mtim.tv_sec;
+	t.nsec = (uint32_t)st.st_mtim.tv_nsec;
+	memcpy(out, &t, sizeof(t));
+	*out_size = sizeof(t);
+	return 0;
+}
+
 static void nx_op_ioctl(fuse_req_t req, fuse_ino_t nodeid, unsigned int cmd,
 			void *arg, struct fuse_file_info *fi, unsigned flags,
 			const void *in_buf, size_t in_bufsz, size_t out_bufsz)
@@ -1468,6 +1492,8 @@ static void nx_op_ioctl(fuse_req_t req, fuse_ino_t nodeid, unsigned int cmd,
 	struct nx_fuse *fs = req_fs(req);
 	ext2_ino_t ino = to_ext2(nodeid);
 	struct fsxattr out;		/* large enough for every reply */
+	_Static_assert(sizeof(out) >= sizeof(struct nx_ioc_time),
+		       "ioctl reply buffer too small");
 	size_t out_size = out_bufsz < sizeof(out) ? out_bufsz : sizeof(out);
 	struct nx_cred cred;
 	errcode_t err;
@@ -1491,6 +1517,9 @@ static void nx_op_ioctl(fuse_req_t req, fuse_ino_t nodeid, unsigned int cmd,
 	case FS_IOC_GETVERSION:
 	case FS_IOC32_GETVERSION:
 		err = ioctl_getversion(fs, ino, &out, &out_size);
+		break;
+	case NX_IOC_GET_MTIME:
+		err = ioctl_get_mtime(fs, ino, &out, &out_size);
 		break;
 	default:
 		err = ENOTTY;

@@ -292,6 +292,27 @@ class ToolTest(nx.NxTestCase):
         self.assertEqual(mounted_out, image_out)
         self.assertCheckClean(img)
 
+    def test_diff_root_mtime_on_mountpoint(self):
+        """A root whose only change is its mtime is reported modified
+        through the mount as on the image, although stat() on a snapshot
+        root shows its take time (the daemon is asked for the real one).
+        """
+        img = self.make_image('64M')
+        with self.mounted(img, check=False) as m:
+            os.mkdir(m.p('d'))
+            os.mkdir(nxsnap.snap_dir(m, 'a'))
+            os.utime(m.path, (1000000000, 1000000000))
+            os.mkdir(nxsnap.snap_dir(m, 'b'))
+            nx.write_file(m.p('d', 'f'), b'x')
+            os.mkdir(nxsnap.snap_dir(m, 'c'))
+            mounted_out = [nextfs('diff', m.path, x, y, check=0).stdout
+                           for x, y in (('a', 'b'), ('b', 'c'))]
+        image_out = [nextfs('diff', img, x, y, check=0).stdout
+                     for x, y in (('a', 'b'), ('b', 'c'))]
+        self.assertEqual(image_out, ['M /\n', 'M /d\n+ /d/f\n'])
+        self.assertEqual(mounted_out, image_out)
+        self.assertCheckClean(img)
+
     # ------------------------------------------------------------ check
 
     def patch_super(self, img, fn):
