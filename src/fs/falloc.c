@@ -5,7 +5,11 @@
  * right after the file's block before the hole when possible, and maps it
  * with one extent insert or one indirect-block update.  New extents are
  * merged with their neighbours, so that a file written in many pieces
- * still ends up with few extents.
+ * still ends up with few extents.  Overwrites under a snapshot remap the
+ * piece they replace (ext_replace) from where the last lookup left the
+ * extent handle: every walk from the root re-reads each tree node and
+ * re-verifies its checksum, which used to be most of the CPU time of a
+ * small overwrite under a snapshot.
  *
  * Unwritten extents are converted in place: split at the edges of the
  * range, flag flipped, merged back with the neighbours.  A split may need
@@ -137,47 +141,88 @@ static errcode_t ext_get_at(ext2_extent_handle_t h, blk64_t lblk,
 }
 
 /*
- * Merge the extent holding LBLK with its neighbours in the same tree
- * node where they continue it logically and physically.  (Merging across
- * nodes would mean fixing index keys; not worth it.)
+ * Look at the sibling before (PREV_SIB) or after (NEXT_SIB) the current
+ * extent in its tree node and come back: no I/O.  *FOUND is 0 at the
+ * edge of the node.
  */
-static errcode_t ext_merge_around(ext2_extent_handle_t h, blk64_t lblk)
+static errcode_t ext_peek_sib(ext2_extent_handle_t h, int op,
+			      struct ext2fs_extent *nb, int *found)
 {
-	struct ext2fs_extent ex, nb, tmp;
-	errcode_t err;
+	int back = op == EXT2_EXTENT_NEXT_SIB ? EXT2_EXTENT_PREV_SIB
+					       : EXT2_EXTENT_NEXT_SIB;
+	struct ext2fs_extent tmp;
+	errcode_t err = ext2fs_extent_get(h, op, nb);
 
-	err = ext_get_at(h, lblk, &ex);
+	*found = 0;
+	if (err == EXT2_ET_EXTENT_NO_NEXT || err == EXT2_ET_EXTENT_NO_PREV)
+		return 0;
 	if (err)
 		return err;
-	err = ext2fs_extent_get(h, EXT2_EXTENT_NEXT_SIB, &nb);
-	if (err && err != EXT2_ET_EXTENT_NO_NEXT)
+	*found = 1;
+	return ext2fs_extent_get(h, back, &tmp);
+}
+
+/*
+ * After deleting an entry the handle points at the one that followed it,
+ * or at the one before it if it was the last: make it point at the
+ * extent starting at LBLK, which was right before the deleted one.
+ */
+static errcode_t ext_back_to(ext2_extent_handle_t h, blk64_t lblk)
+{
+	struct ext2fs_extent cur;
+	errcode_t err = ext2fs_extent_get(h, EXT2_EXTENT_CURRENT, &cur);
+
+	if (!err && cur.e_lblk != lblk)
+		err = ext2fs_extent_get(h, EXT2_EXTENT_PREV_SIB, &cur);
+	if (!err && cur.e_lblk != lblk)
+		err = EXT2_ET_EXTENT_HEADER_BAD;	/* cannot happen */
+	return err;
+}
+
+/*
+ * The handle points at *CUR: merge it with its neighbours in the same
+ * tree node where they continue it logically and physically.  (Merging
+ * across nodes would mean fixing index keys; not worth it.)  Works from
+ * where the handle is, without walking the tree again: every walk
+ * re-reads and re-verifies the checksum of each node on the way.  The
+ * handle ends at the merged extent, *CUR updated.
+ */
+static errcode_t ext_merge_here(ext2_extent_handle_t h,
+				struct ext2fs_extent *cur)
+{
+	struct ext2fs_extent nb;
+	int found;
+	errcode_t err;
+
+	err = ext_peek_sib(h, EXT2_EXTENT_NEXT_SIB, &nb, &found);
+	if (err)
 		return err;
-	if (!err && ext_mergeable(&ex, &nb)) {
-		err = ext2fs_extent_delete(h, 0);
+	if (found && ext_mergeable(cur, &nb)) {
+		/* Drop the next one first: a moment's hole, never overlap. */
+		err = ext2fs_extent_get(h, EXT2_EXTENT_NEXT_SIB, &nb);
 		if (!err)
-			err = ext_get_at(h, ex.e_lblk, &tmp);
-		if (!err) {
-			ex.e_len += nb.e_len;
-			err = ext2fs_extent_replace(h, 0, &ex);
-		}
+			err = ext2fs_extent_delete(h, 0);
+		if (!err)
+			err = ext_back_to(h, cur->e_lblk);
+		if (err)
+			return err;
+		cur->e_len += nb.e_len;
+		err = ext2fs_extent_replace(h, 0, cur);
 		if (err)
 			return err;
 	}
-	err = ext_get_at(h, lblk, &ex);
+	err = ext_peek_sib(h, EXT2_EXTENT_PREV_SIB, &nb, &found);
+	if (err || !found || !ext_mergeable(&nb, cur))
+		return err;
+	nb.e_len += cur->e_len;
+	err = ext2fs_extent_delete(h, 0);
 	if (!err)
-		err = ext2fs_extent_get(h, EXT2_EXTENT_PREV_SIB, &nb);
-	if (err && err != EXT2_ET_EXTENT_NO_PREV)
-		return err;
-	if (!err && ext_mergeable(&nb, &ex)) {
-		nb.e_len += ex.e_len;
+		err = ext_back_to(h, nb.e_lblk);
+	if (!err)
 		err = ext2fs_extent_replace(h, 0, &nb);
-		if (!err)
-			err = ext2fs_extent_get(h, EXT2_EXTENT_NEXT_SIB, &tmp);
-		if (!err)
-			err = ext2fs_extent_delete(h, 0);
-		return err;
-	}
-	return 0;
+	if (!err)
+		*cur = nb;
+	return err;
 }
 
 /* Split the extent holding AT so that an extent starts at AT. */
@@ -292,8 +337,11 @@ static errcode_t ext_map_new(ext2_extent_handle_t h, blk64_t lblk,
 		pblk += n;
 		len -= n;
 	}
+	if (!*mapped)
+		return 0;
 	/* Filling a hole up to the next extent may join the two. */
-	return ext_merge_around(h, lblk - 1);
+	err = ext2fs_extent_get(h, EXT2_EXTENT_CURRENT, &cur);
+	return err ? err : ext_merge_here(h, &cur);
 }
 
 errcode_t nx_file_map_run(struct nx_volume *vol, ext2_ino_t ino,
@@ -413,7 +461,7 @@ static errcode_t convert_piece(struct nx_fmap *m,
 	err = ext2fs_extent_replace(h, 0, &cur);
 	if (err)
 		return err;
-	return ext_merge_around(h, *start);
+	return ext_merge_here(h, &cur);
 }
 
 errcode_t nx_fmap_convert(struct nx_fmap *m, blk64_t lblk, blk64_t len,
@@ -606,45 +654,136 @@ errcode_t nx_fmap_alloc(struct nx_fmap *m, blk64_t lblk, blk64_t len,
 }
 
 /*
+ * The extent holding LBLK, with the handle pointing at it.  The last
+ * lookup usually left it there (the write path looks a run up, then
+ * replaces it): then no walk from the root is needed.
+ */
+static errcode_t ext_find(struct nx_fmap *m, blk64_t lblk,
+			  struct ext2fs_extent *ex)
+{
+	const struct ext2fs_extent *l = &m->last;
+
+	if (m->have_last && lblk >= l->e_lblk && lblk < l->e_lblk + l->e_len &&
+	    !ext2fs_extent_get(m->handle, EXT2_EXTENT_CURRENT, ex) &&
+	    ex->e_lblk == l->e_lblk && ex->e_len == l->e_len &&
+	    ex->e_pblk == l->e_pblk && ex->e_flags == l->e_flags)
+		return 0;
+	m->have_last = 0;
+	return ext_get_at(m->handle, lblk, ex);
+}
+
+/*
+ * Where new blocks for LBLK go when the handle points at EX, the extent
+ * holding it: where the file's blocks before LBLK lead (ext_goal), but
+ * read from EX or its neighbour in the node instead of walking the tree.
+ * At the first entry of a node, the old block itself: the allocator
+ * takes the next free one.
+ */
+static errcode_t ext_replace_goal(struct nx_fmap *m,
+				  const struct ext2fs_extent *ex, blk64_t lblk,
+				  blk64_t *goal)
+{
+	ext2_filsys fs = m->vol->fs;
+	struct ext2fs_extent prev;
+	int found = 0;
+	errcode_t err = 0;
+
+	*goal = ex->e_pblk + (lblk - ex->e_lblk);
+	if (lblk == ex->e_lblk)
+		err = ext_peek_sib(m->handle, EXT2_EXTENT_PREV_SIB, &prev,
+				   &found);
+	if (found)
+		*goal = prev.e_pblk + (lblk - prev.e_lblk);
+	if (*goal >= ext2fs_blocks_count(fs->super))
+		*goal = ext2fs_find_inode_goal(fs, m->ino,
+					       (struct ext2_inode *)m->inode,
+					       lblk);
+	return err;
+}
+
+/*
+ * The handle points at EX, a written extent holding [LBLK, LBLK + N):
+ * map that piece to PBLK.., EX becoming up to three extents.  Done with
+ * one replace and up to two inserts after it, so no walk from the root
+ * (inserting after an entry never changes the node's first key, so the
+ * index above needs no fixing).  If an insert finds no block for a new
+ * tree node, EX is put back whole.  The handle ends at the new piece.
+ */
+static errcode_t ext_remap_piece(ext2_extent_handle_t h,
+				 const struct ext2fs_extent *ex, blk64_t lblk,
+				 blk64_t n, blk64_t pblk)
+{
+	struct ext2fs_extent left = *ex, mid = *ex, right = *ex, whole = *ex;
+	int mid_inserted = 0;
+	errcode_t err;
+
+	left.e_len = lblk - ex->e_lblk;
+	mid.e_lblk = lblk;
+	mid.e_len = n;
+	mid.e_pblk = pblk;
+	right.e_lblk = lblk + n;
+	right.e_len = ex->e_lblk + ex->e_len - right.e_lblk;
+	right.e_pblk = ex->e_pblk + (right.e_lblk - ex->e_lblk);
+
+	err = ext2fs_extent_replace(h, 0, left.e_len ? &left : &mid);
+	if (err)
+		return err;
+	if (left.e_len) {
+		err = ext2fs_extent_insert(h, EXT2_EXTENT_INSERT_AFTER, &mid);
+		if (err)
+			goto undo;
+		mid_inserted = 1;
+	}
+	if (right.e_len) {
+		err = ext2fs_extent_insert(h, EXT2_EXTENT_INSERT_AFTER, &right);
+		if (err)
+			goto undo;
+		return ext2fs_extent_get(h, EXT2_EXTENT_PREV_SIB, &right);
+	}
+	return 0;
+undo:
+	/* Rare (a full tree and no free block): walking again is fine. */
+	if (mid_inserted && !ext2fs_extent_goto(h, lblk))
+		(void)ext2fs_extent_delete(h, 0);
+	if (!ext2fs_extent_goto(h, ex->e_lblk))
+		(void)ext2fs_extent_replace(h, 0, &whole);
+	return err;
+}
+
+/*
  * Give the written blocks [LBLK, LBLK + LEN), which lie inside one extent,
  * new physical blocks: allocate near where the file continues, then cut
  * the piece out of its extent and point it at the new blocks (merging
  * with a neighbour that continues them).  The old blocks stay allocated
  * and belong to the caller.  *RUN gets the new mapping, possibly shorter
  * than LEN; run->len is 0 if the map is unchanged (nothing allocated,
- * e.g. no room for the tree to grow for the split).
+ * e.g. no room for the tree to grow for the split).  The handle ends at
+ * the extent now holding LBLK (m->last).
  */
 static errcode_t ext_replace(struct nx_fmap *m, blk64_t lblk, blk64_t len,
 			     struct nx_fmap_run *run)
 {
-	ext2_extent_handle_t h = m->handle;
-	struct ext2fs_extent ex;
-	blk64_t pblk = 0, got = 0, ex_end;
+	struct ext3_extent_header *eh = (void *)m->inode->i_block;
+	struct ext2fs_extent ex, cur;
+	blk64_t pblk = 0, got = 0, goal;
 	errcode_t err;
 
 	run->len = 0;
+	err = ext_find(m, lblk, &ex);
 	m->have_last = 0;
-	err = ext_get_at(h, lblk, &ex);
 	if (err)
 		return err;
-	ex_end = ex.e_lblk + ex.e_len;
-	if (ext_uninit(&ex) || lblk + len > ex_end)
+	if (ext_uninit(&ex) || lblk + len > ex.e_lblk + ex.e_len)
 		return EINVAL;
-	err = ext_new_blocks(m, lblk, len, &pblk, &got);
+	err = ext_replace_goal(m, &ex, lblk, &goal);
+	if (!err)
+		err = nx_fmap_new_blocks(m->vol, goal, len,
+					 ext2fs_le16_to_cpu(eh->eh_depth) + 2,
+					 &pblk, &got);
 	if (err)
 		return err;
-	m->have_last = 0;
-	err = ext_split_at(h, lblk);
-	if (!err && lblk + got < ex_end)
-		err = ext_split_at(h, lblk + got);
-	if (!err)
-		err = ext_get_at(h, lblk, &ex);
-	if (!err) {
-		ex.e_pblk = pblk;
-		err = ext2fs_extent_replace(h, 0, &ex);
-	}
+	err = ext_remap_piece(m->handle, &ex, lblk, got, pblk);
 	if (err) {
-		/* Splits that went through map the same blocks: harmless. */
 		ext2fs_block_alloc_stats_range(m->vol->fs, pblk, (blk_t)got,
 					       -1);
 		return err;
@@ -654,7 +793,16 @@ static errcode_t ext_replace(struct nx_fmap *m, blk64_t lblk, blk64_t len,
 	run->len = got;
 	run->pblk = pblk;
 	run->uninit = 0;
-	return ext_merge_around(h, lblk);
+	cur.e_lblk = lblk;
+	cur.e_pblk = pblk;
+	cur.e_len = (__u32)got;
+	cur.e_flags = EXT2_EXTENT_FLAGS_LEAF;
+	err = ext_merge_here(m->handle, &cur);
+	if (!err) {
+		m->last = cur;
+		m->have_last = 1;
+	}
+	return err;
 }
 
 errcode_t nx_fmap_replace(struct nx_fmap *m, blk64_t lblk, blk64_t len,

@@ -32,6 +32,14 @@ static uint64_t rnd_below(uint64_t n)
 	return n ? rnd() % n : 0;
 }
 
+/* Start the generator at BASE; NXT_SEED=n runs other operations. */
+static void rnd_seed(uint64_t base)
+{
+	const char *env = getenv("NXT_SEED");
+
+	rng_state = base + (env ? strtoull(env, NULL, 0) << 8 : 0);
+}
+
 /* Byte I of a file written with pattern SEED. */
 static void pattern(char *buf, size_t len, unsigned seed, uint64_t off)
 {
@@ -201,10 +209,7 @@ START_TEST(test_random_io_matches_reference)
 	ext2_ino_t ino;
 	int op;
 
-	/* NXT_SEED=n repeats the run with other random operations. */
-	rng_state = 0x9e3779b97f4a7c15ULL + (uint64_t)_i +
-		    (getenv("NXT_SEED") ? strtoull(getenv("NXT_SEED"), NULL,
-						   0) << 8 : 0);
+	rnd_seed(0x9e3779b97f4a7c15ULL + (uint64_t)_i);
 	nxt_mkfs(path, nxt_flavours[_i], 48);
 	vol = nxt_open(path);
 	ino = new_file(vol, "f");
@@ -951,11 +956,43 @@ START_TEST(test_enospc_short_write_keeps_data)
 }
 END_TEST
 
+/* Depth of INO's extent tree (0: extents in the inode); *NLEAF extents. */
+static int extent_shape(struct nx_volume *vol, ext2_ino_t ino, unsigned *nleaf)
+{
+	struct ext2_extent_info info;
+	ext2_extent_handle_t h;
+	struct ext2fs_extent ex;
+	int op = EXT2_EXTENT_ROOT;
+	errcode_t err;
+
+	*nleaf = 0;
+	ck_assert_int_eq(ext2fs_extent_open(vol->fs, ino, &h), 0);
+	ck_assert_int_eq(ext2fs_extent_get_info(h, &info), 0);
+	while (!(err = ext2fs_extent_get(h, op, &ex))) {
+		op = EXT2_EXTENT_NEXT_LEAF;
+		if (ex.e_flags & EXT2_EXTENT_FLAGS_LEAF)
+			(*nleaf)++;
+	}
+	ck_assert_int_eq(err, EXT2_ET_EXTENT_NO_NEXT);
+	ext2fs_extent_free(h);
+	return info.max_depth;
+}
+
+static void expect_view(struct nx_volume *vol, ext2_ino_t snap_ino,
+			ext2_ino_t ino, const char *ref, uint64_t size)
+{
+	struct nx_volume *view;
+
+	ck_assert_int_eq(nx_snap_view_open(vol, snap_ino, &view), 0);
+	expect_file(view, ino, ref, size);
+	nx_snap_view_close(view);
+}
+
 /* Overwrites under a snapshot: the snapshot keeps the old data. */
 START_TEST(test_overwrite_under_snapshot)
 {
 	char path[256], *ref, *cur;
-	struct nx_volume *vol, *view;
+	struct nx_volume *vol;
 	struct nx_snapinfo info;
 	uint64_t bs, size;
 	ext2_ino_t ino;
@@ -982,10 +1019,94 @@ START_TEST(test_overwrite_under_snapshot)
 	ck_assert_int_eq(nx_file_truncate(vol, ino, 30 * bs + 10), 0);
 	expect_file(vol, ino, cur, 30 * bs + 10);
 
-	ck_assert_int_eq(nx_snap_view_open(vol, info.ino, &view), 0);
-	expect_file(view, ino, ref, size);
-	nx_snap_view_close(view);
+	expect_view(vol, info.ino, ino, ref, size);
 	free(ref);
+	free(cur);
+	ck_assert_int_eq(nx_volume_close(vol), 0);
+	ck_assert_int_eq(nxt_fsck_masked(path), 0);
+	nxt_unlink(path);
+}
+END_TEST
+
+/*
+ * Overwrites under snapshots remap pieces of extents.  A sequential
+ * overwrite keeps the file in one extent (each piece joins the one
+ * before).  Random overwrites split extents until the tree is two levels
+ * deep (node splits at both levels): the live file follows a reference,
+ * every snapshot keeps what it saw, before and after a remount.
+ */
+START_TEST(test_remap_under_snapshots_matches_reference)
+{
+	char path[256], *ref0, *ref2, *cur;
+	struct nx_snapinfo s1, s2, s3;
+	struct nx_volume *vol;
+	uint64_t bs, size, seq = 1 << 20, off;
+	ext2_ino_t ino, sino;
+	unsigned nleaf;
+	int op;
+
+	rnd_seed(0x2545f4914f6cdd1dULL + (uint64_t)_i);
+	nxt_mkfs(path, nxt_flavours[_i], 64);
+	vol = nxt_open(path);
+	bs = vol->fs->blocksize;
+	size = 4 << 20;
+	ref0 = malloc(size);
+	ref2 = malloc(size);
+	cur = malloc(size);
+	ck_assert(ref0 && ref2 && cur);
+
+	sino = new_file(vol, "seq");
+	write_pattern(vol, sino, 0, seq, 1);
+	ck_assert_int_eq(nx_snap_take(vol, "s3", &s3), 0);
+	for (off = 0; off < seq; off += 64 << 10)
+		write_pattern(vol, sino, off, 64 << 10, 2);
+	expect_pattern(vol, sino, 0, seq, 2);
+	if (is_extent_flavour(_i)) {
+		extent_shape(vol, sino, &nleaf);
+		ck_assert_uint_le(nleaf, 2);
+	}
+
+	ino = new_file(vol, "random");
+	pattern(ref0, size, 1, 0);
+	write_all(vol, ino, ref0, size, 0);
+	memcpy(cur, ref0, size);
+	ck_assert_int_eq(nx_snap_take(vol, "s1", &s1), 0);
+	for (op = 0; op < 1200; op++) {
+		uint64_t k = rnd_below(10), len;
+
+		if (k < 6)
+			len = bs;
+		else if (k < 9)
+			len = (2 + rnd_below(63)) * bs;
+		else
+			len = 1 + rnd_below(3 * bs);
+		off = rnd_below(size - len);
+		if (k < 9)
+			off -= off % bs;
+		pattern(cur + off, len, (unsigned)op + 3, off);
+		write_all(vol, ino, cur + off, len, off);
+		if (op == 600) {
+			ck_assert_int_eq(nx_snap_take(vol, "s2", &s2), 0);
+			memcpy(ref2, cur, size);
+		}
+	}
+	if (is_extent_flavour(_i))
+		ck_assert_int_ge(extent_shape(vol, ino, &nleaf), 2);
+	expect_file(vol, ino, cur, size);
+	expect_view(vol, s1.ino, ino, ref0, size);
+	expect_view(vol, s2.ino, ino, ref2, size);
+	pattern(ref0, seq, 1, 0);
+	expect_view(vol, s3.ino, sino, ref0, seq);
+
+	ck_assert_int_eq(nx_volume_close(vol), 0);
+	ck_assert_int_eq(nxt_fsck_masked(path), 0);
+	vol = nxt_open(path);
+	expect_file(vol, ino, cur, size);
+	expect_view(vol, s2.ino, ino, ref2, size);
+	pattern(ref0, size, 1, 0);
+	expect_view(vol, s1.ino, ino, ref0, size);
+	free(ref0);
+	free(ref2);
 	free(cur);
 	ck_assert_int_eq(nx_volume_close(vol), 0);
 	ck_assert_int_eq(nxt_fsck_masked(path), 0);
@@ -1018,6 +1139,7 @@ static Suite *file_suite(void)
 	ADD_LOOP(s, test_inline_data_grows_into_blocks);
 	ADD_LOOP(s, test_enospc_short_write_keeps_data);
 	ADD_LOOP(s, test_overwrite_under_snapshot);
+	ADD_LOOP(s, test_remap_under_snapshots_matches_reference);
 	return s;
 }
 
