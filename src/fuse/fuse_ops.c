@@ -236,8 +236,7 @@ static void nx_op_init(void *userdata, struct fuse_conn_info *conn)
 	unsigned want = FUSE_CAP_EXPORT_SUPPORT | FUSE_CAP_ATOMIC_O_TRUNC |
 			FUSE_CAP_IOCTL_DIR | FUSE_CAP_SPLICE_WRITE |
 			FUSE_CAP_SPLICE_MOVE | FUSE_CAP_CACHE_SYMLINKS |
-			FUSE_CAP_ASYNC_READ | FUSE_CAP_AUTO_INVAL_DATA |
-			FUSE_CAP_PARALLEL_DIROPS;
+			FUSE_CAP_ASYNC_READ | FUSE_CAP_PARALLEL_DIROPS;
 
 	conn->want |= conn->capable & want;
 	/*
@@ -254,9 +253,17 @@ static void nx_op_init(void *userdata, struct fuse_conn_info *conn)
 	 * KILLPRIV would make us responsible for clearing setuid bits on
 	 * every write (the kernel does it with a setattr instead).
 	 * SPLICE_READ needs a write_buf handler and gains us nothing.
+	 * AUTO_INVAL_DATA drops a file's cached pages whenever its mtime
+	 * moves, which our own write-through writes always do: every
+	 * reopen after a write would start from an empty cache.  It guards
+	 * against changes behind the kernel's back, and there are none:
+	 * the daemon owns the volume, every change to live file data comes
+	 * through this mount (the kernel keeps or drops the cached range at
+	 * writes, truncates and hole punches itself), and snapshot views
+	 * never change (their node ids carry the never-reused snapshot id).
 	 */
 	conn->want &= ~(FUSE_CAP_WRITEBACK_CACHE | FUSE_CAP_HANDLE_KILLPRIV |
-			FUSE_CAP_SPLICE_READ);
+			FUSE_CAP_SPLICE_READ | FUSE_CAP_AUTO_INVAL_DATA);
 	conn->max_write = NX_MAX_WRITE;
 	if (conn->max_readahead > NX_MAX_READAHEAD)
 		conn->max_readahead = NX_MAX_READAHEAD;
