@@ -225,32 +225,47 @@ static errcode_t ext_merge_here(ext2_extent_handle_t h,
 	return err;
 }
 
-/* Split the extent holding AT so that an extent starts at AT. */
-static errcode_t ext_split_at(ext2_extent_handle_t h, blk64_t at)
+/*
+ * The handle points at *EX and AT lies inside it: cut it in two, the
+ * second half inserted right after it (the same blocks, so the file's
+ * mapping does not change).  The handle ends at the second half.
+ * Inserting after an entry never changes a node's first key, so the
+ * index above needs no fixing.  If the insert finds no block for a new
+ * tree node, *EX is put back whole.
+ */
+static errcode_t ext_split_here(ext2_extent_handle_t h,
+				const struct ext2fs_extent *ex, blk64_t at)
 {
-	struct ext2fs_extent ex, left, right;
+	struct ext2fs_extent left = *ex, right = *ex, whole = *ex;
 	errcode_t err;
 
-	err = ext_get_at(h, at, &ex);
-	if (err || ex.e_lblk == at)
-		return err;
-	left = ex;
-	left.e_len = at - ex.e_lblk;
-	right = ex;
+	left.e_len = at - ex->e_lblk;
 	right.e_lblk = at;
-	right.e_pblk = ex.e_pblk + left.e_len;
-	right.e_len = ex.e_len - left.e_len;
+	right.e_pblk = ex->e_pblk + left.e_len;
+	right.e_len = ex->e_len - left.e_len;
 	err = ext2fs_extent_replace(h, 0, &left);
 	if (err)
 		return err;
 	err = ext2fs_extent_insert(h, EXT2_EXTENT_INSERT_AFTER, &right);
 	if (err) {
 		/* No room for a tree block: give the blocks back. */
-		if (!ext2fs_extent_goto(h, ex.e_lblk))
-			(void)ext2fs_extent_replace(h, 0, &ex);
-		return err;
+		if (!ext2fs_extent_goto(h, whole.e_lblk))
+			(void)ext2fs_extent_replace(h, 0, &whole);
 	}
-	return ext2fs_extent_fix_parents(h);
+	return err;
+}
+
+/* Split the extent holding AT so that an extent starts at AT. */
+static errcode_t ext_split_at(ext2_extent_handle_t h, blk64_t at)
+{
+	struct ext2fs_extent ex;
+	errcode_t err;
+
+	err = ext_get_at(h, at, &ex);
+	if (err || ex.e_lblk == at)
+		return err;
+	err = ext_split_here(h, &ex, at);
+	return err ? err : ext2fs_extent_fix_parents(h);
 }
 
 /*
@@ -703,51 +718,35 @@ static errcode_t ext_replace_goal(struct nx_fmap *m,
 
 /*
  * The handle points at EX, a written extent holding [LBLK, LBLK + N):
- * map that piece to PBLK.., EX becoming up to three extents.  Done with
- * one replace and up to two inserts after it, so no walk from the root
- * (inserting after an entry never changes the node's first key, so the
- * index above needs no fixing).  If an insert finds no block for a new
- * tree node, EX is put back whole.  The handle ends at the new piece.
+ * map that piece to PBLK.., EX becoming up to three extents, without
+ * walking the tree (ext_split_here).  The splits keep the old blocks, so
+ * a split that fails (no block for a tree node) leaves the file mapped
+ * as it was; only the last step, a replace that cannot fail, points the
+ * piece at the new blocks.  The handle ends at the piece.
  */
 static errcode_t ext_remap_piece(ext2_extent_handle_t h,
 				 const struct ext2fs_extent *ex, blk64_t lblk,
 				 blk64_t n, blk64_t pblk)
 {
-	struct ext2fs_extent left = *ex, mid = *ex, right = *ex, whole = *ex;
-	int mid_inserted = 0;
+	struct ext2fs_extent cur = *ex;
 	errcode_t err;
 
-	left.e_len = lblk - ex->e_lblk;
-	mid.e_lblk = lblk;
-	mid.e_len = n;
-	mid.e_pblk = pblk;
-	right.e_lblk = lblk + n;
-	right.e_len = ex->e_lblk + ex->e_len - right.e_lblk;
-	right.e_pblk = ex->e_pblk + (right.e_lblk - ex->e_lblk);
-
-	err = ext2fs_extent_replace(h, 0, left.e_len ? &left : &mid);
-	if (err)
-		return err;
-	if (left.e_len) {
-		err = ext2fs_extent_insert(h, EXT2_EXTENT_INSERT_AFTER, &mid);
+	if (lblk + n < ex->e_lblk + ex->e_len) {
+		err = ext_split_here(h, &cur, lblk + n);
+		if (!err)
+			err = ext2fs_extent_get(h, EXT2_EXTENT_PREV_SIB, &cur);
 		if (err)
-			goto undo;
-		mid_inserted = 1;
+			return err;
 	}
-	if (right.e_len) {
-		err = ext2fs_extent_insert(h, EXT2_EXTENT_INSERT_AFTER, &right);
+	if (lblk > ex->e_lblk) {
+		err = ext_split_here(h, &cur, lblk);
+		if (!err)
+			err = ext2fs_extent_get(h, EXT2_EXTENT_CURRENT, &cur);
 		if (err)
-			goto undo;
-		return ext2fs_extent_get(h, EXT2_EXTENT_PREV_SIB, &right);
+			return err;
 	}
-	return 0;
-undo:
-	/* Rare (a full tree and no free block): walking again is fine. */
-	if (mid_inserted && !ext2fs_extent_goto(h, lblk))
-		(void)ext2fs_extent_delete(h, 0);
-	if (!ext2fs_extent_goto(h, ex->e_lblk))
-		(void)ext2fs_extent_replace(h, 0, &whole);
-	return err;
+	cur.e_pblk = pblk;
+	return ext2fs_extent_replace(h, 0, &cur);
 }
 
 /*
