@@ -14,10 +14,11 @@
  * The snapshot inode's own block map cannot be updated while libext2fs is
  * in the middle of the operation that triggered the preservation (the
  * hook runs inside ext2fs_write_inode, ext2fs_punch, ...).  Decisions are
- * therefore recorded in store->pending and in the snapshot's "mapped"
- * bitmap at once, and written into the snapshot inode by
- * nx_cow_apply_pending() once the operation is complete.  Until then every
- * reader consults store->pending.
+ * therefore recorded at once in the snapshot's "mapped" bitmap and in
+ * store->moved (blocks moved as they are, N -> N, as runs) or
+ * store->pending (copies, N -> B), and written into the snapshot inode by
+ * nx_cow_apply_pending() at the commit.  Until then every reader asks
+ * nx_pending_get().
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -52,6 +53,13 @@ static errcode_t record_preserved(struct nx_snapstore *store, blk64_t n,
 	ext2fs_mark_block_bitmap2(store->active->mapped, n);
 	ext2fs_mark_block_bitmap2(store->exclude, b);
 	store->preserved++;
+	if (n == b) {
+		if (!ext2fs_test_block_bitmap2(store->moved, n)) {
+			ext2fs_mark_block_bitmap2(store->moved, n);
+			store->nmoved++;
+		}
+		return 0;
+	}
 	return nx_blkmap_put(&store->pending, n, b);
 }
 
@@ -287,16 +295,44 @@ static struct mapping *take_pending(struct nx_snapstore *store, size_t *count)
 }
 
 /*
- * Map V[0..N) into the snapshot inode.  Extent-mapped snapshots take each
- * run of consecutive N -> consecutive B (every moved run is one: N -> N)
- * as one extent; indirect ones go block by block.
+ * Map [N, N + LEN) to [B, B + LEN) in the snapshot inode: one extent for
+ * an extent-mapped snapshot, block by block for an indirect one.
+ */
+static errcode_t map_run(struct nx_snapstore *store,
+			 struct ext2_inode_large *inode, blk64_t n, blk64_t b,
+			 blk64_t len)
+{
+	struct nx_volume *vol = store->vol;
+	ext2_ino_t ino = store->active->ino;
+	errcode_t err = 0;
+	blk64_t k;
+
+	if (inode->i_flags & EXT4_EXTENTS_FL) {
+		err = nx_file_map_run(vol, ino, inode, n, b, len);
+	} else {
+		for (k = 0; k < len && !err; k++) {
+			blk64_t bk = b + k;
+
+			err = ext2fs_bmap2(vol->fs, ino,
+					   (struct ext2_inode *)inode, NULL,
+					   BMAP_SET | BMAP_ALLOC, n + k, NULL,
+					   &bk);
+		}
+	}
+	if (!err)
+		ext2fs_iblk_add_blocks(vol->fs, (struct ext2_inode *)inode,
+				       len);
+	return err;
+}
+
+/*
+ * Map V[0..N) into the snapshot inode, each run of consecutive N ->
+ * consecutive B at once.
  */
 static errcode_t map_into_snapshot(struct nx_snapstore *store,
 				   struct ext2_inode_large *inode,
 				   const struct mapping *v, size_t n)
 {
-	struct nx_volume *vol = store->vol;
-	ext2_ino_t ino = store->active->ino;
 	errcode_t err = 0;
 	size_t i = 0, len;
 
@@ -305,27 +341,49 @@ static errcode_t map_into_snapshot(struct nx_snapstore *store,
 			if (v[i + len].n != v[i].n + len ||
 			    v[i + len].b != v[i].b + len)
 				break;
-		if (inode->i_flags & EXT4_EXTENTS_FL) {
-			err = nx_file_map_run(vol, ino, inode, v[i].n, v[i].b,
-					      len);
-		} else {
-			size_t k;
-
-			for (k = 0; k < len && !err; k++) {
-				blk64_t b = v[i + k].b;
-
-				err = ext2fs_bmap2(vol->fs, ino,
-						   (struct ext2_inode *)inode,
-						   NULL, BMAP_SET | BMAP_ALLOC,
-						   v[i + k].n, NULL, &b);
-			}
-		}
-		if (!err)
-			ext2fs_iblk_add_blocks(vol->fs,
-					       (struct ext2_inode *)inode, len);
+		err = map_run(store, inode, v[i].n, v[i].b, len);
 		i += len;
 	}
 	return err;
+}
+
+/* The first run of moved blocks at or after *N: [*N, *N + *LEN). */
+static int next_moved_run(struct nx_snapstore *store, blk64_t *n,
+			  blk64_t *len)
+{
+	ext2_filsys fs = store->vol->fs;
+	blk64_t end = ext2fs_blocks_count(fs->super) - 1, stop;
+
+	if (*n > end ||
+	    ext2fs_find_first_set_block_bitmap2(store->moved, *n, end, n))
+		return 0;
+	if (ext2fs_find_first_zero_block_bitmap2(store->moved, *n, end, &stop))
+		stop = end + 1;
+	*len = stop - *n;
+	return 1;
+}
+
+/*
+ * Map the moved blocks into the snapshot inode, run by run.  A run
+ * leaves the bitmap only once it is mapped: on an error the rest stays
+ * pending for a retry.
+ */
+static errcode_t map_moved(struct nx_snapstore *store,
+			   struct ext2_inode_large *inode)
+{
+	blk64_t n = store->vol->fs->super->s_first_data_block, len;
+	errcode_t err;
+
+	while (next_moved_run(store, &n, &len)) {
+		err = map_run(store, inode, n, n, len);
+		if (err)
+			return err;
+		ext2fs_unmark_block_bitmap_range2(store->moved, n, len);
+		store->nmoved = store->nmoved > len ? store->nmoved - len : 0;
+		n += len;
+	}
+	store->nmoved = 0;
+	return 0;
 }
 
 /*
@@ -341,7 +399,7 @@ errcode_t nx_cow_apply_pending(struct nx_snapstore *store)
 	errcode_t err = 0, e2;
 	size_t n, i;
 
-	if (store->applying || !store->active || !store->pending.count)
+	if (store->applying || !store->active || !nx_pending_count(store))
 		return 0;
 	store->applying = 1;
 	/*
@@ -349,7 +407,7 @@ errcode_t nx_cow_apply_pending(struct nx_snapstore *store)
 	 * many times: hold those writes and write each block once.
 	 */
 	nx_blkio_begin_batch(store->vol->io);
-	while (store->pending.count && !err) {
+	while (nx_pending_count(store) && !err) {
 		v = take_pending(store, &n);
 		if (!v) {
 			err = EXT2_ET_NO_MEMORY;
@@ -358,7 +416,9 @@ errcode_t nx_cow_apply_pending(struct nx_snapstore *store)
 		err = nx_inode_read(store->vol, store->active->ino, &inode);
 		if (!err) {
 			store->for_snapshot = 1;
-			err = map_into_snapshot(store, &inode, v, n);
+			err = map_moved(store, &inode);
+			if (!err)
+				err = map_into_snapshot(store, &inode, v, n);
 			store->for_snapshot = 0;
 		}
 		if (!err)
@@ -370,7 +430,7 @@ errcode_t nx_cow_apply_pending(struct nx_snapstore *store)
 				nx_blkmap_put(&store->pending, v[i].n, v[i].b);
 		}
 		free(v);
-		if (!err && !store->pending.count) {
+		if (!err && !nx_pending_count(store)) {
 			/* Writing the held blocks may preserve more: loop. */
 			err = nx_blkio_end_batch(store->vol->io);
 			nx_blkio_begin_batch(store->vol->io);
@@ -405,7 +465,6 @@ errcode_t nx_snap_take_moved(struct nx_volume *vol, blk64_t pblk,
 			     blk64_t count)
 {
 	struct nx_snapstore *store = vol->snap;
-	errcode_t err = 0;
 	blk64_t i;
 
 	for (i = 0; i < count; i++)
@@ -414,11 +473,10 @@ errcode_t nx_snap_take_moved(struct nx_volume *vol, blk64_t pblk,
 	/* record_preserved() for the run, with one range mark per bitmap. */
 	ext2fs_mark_block_bitmap_range2(store->active->mapped, pblk, count);
 	ext2fs_mark_block_bitmap_range2(store->exclude, pblk, count);
+	ext2fs_mark_block_bitmap_range2(store->moved, pblk, count);
+	store->nmoved += count;
 	store->preserved += count;
-	/* (Out of memory leaks the rest: e2fsck finds them, nothing lost.) */
-	for (i = 0; i < count && !err; i++)
-		err = nx_blkmap_put(&store->pending, pblk + i, pblk + i);
-	return err;
+	return 0;
 }
 
 errcode_t nx_snap_prepare_overwrite(struct nx_volume *vol, ext2_ino_t ino,

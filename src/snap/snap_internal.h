@@ -44,6 +44,15 @@ struct nx_snapstore {
 	ext2fs_block_bitmap cow_map;	/* blocks in use at the active's take */
 	ext2fs_block_bitmap exclude;	/* blocks owned by snapshot files */
 	struct nx_blkmap pending;	/* active's N -> B not yet in its inode */
+	/*
+	 * Blocks moved into the active snapshot as they are (N -> N: every
+	 * data block an overwrite or a free hands over) and not yet in its
+	 * inode.  A run-compressed bitmap: an overwrite moves whole runs,
+	 * which a hash of single blocks would store, rehash and sort one by
+	 * one.  Disjoint from pending (a block is preserved once).
+	 */
+	ext2fs_block_bitmap moved;
+	blk64_t nmoved;
 	int busy;			/* our own alloc-stats calls in flight */
 	int for_snapshot;		/* libext2fs is mapping snapshot blocks */
 	int applying;			/* apply_pending is running */
@@ -59,6 +68,23 @@ struct nx_snapstore {
 static inline struct nx_snapstore *fs_store(ext2_filsys fs)
 {
 	return nx_volume_of(fs)->snap;
+}
+
+/* Preserved blocks of the active snapshot not yet in its inode. */
+static inline blk64_t nx_pending_count(const struct nx_snapstore *store)
+{
+	return store->pending.count + store->nmoved;
+}
+
+/* Where the active snapshot keeps N, if that is still pending. */
+static inline int nx_pending_get(const struct nx_snapstore *store, blk64_t n,
+				 blk64_t *b)
+{
+	if (ext2fs_test_block_bitmap2(store->moved, n)) {
+		*b = n;
+		return 1;
+	}
+	return nx_blkmap_get(&store->pending, n, b);
 }
 
 /* cow.c */

@@ -240,6 +240,8 @@ static void free_store(struct nx_snapstore *store)
 		ext2fs_free_block_bitmap(store->cow_map);
 	if (store->exclude)
 		ext2fs_free_block_bitmap(store->exclude);
+	if (store->moved)
+		ext2fs_free_block_bitmap(store->moved);
 	nx_blkmap_free(&store->pending);
 	free(store);
 }
@@ -271,6 +273,9 @@ errcode_t nx_snap_attach(struct nx_volume *vol, char *msg, size_t msglen)
 	store->vol = vol;
 	err = ext2fs_allocate_block_bitmap(fs, "snapshot exclude",
 					   &store->exclude);
+	if (!err)
+		err = ext2fs_allocate_block_bitmap(fs, "moved, pending",
+						   &store->moved);
 	if (err)
 		goto fail;
 	err = find_snapdir(store);
@@ -345,7 +350,7 @@ static void fill_info(struct nx_snapstore *store, struct nx_snap *s,
 			       (store->vol->fs->blocksize / 512);
 	/* Preserved but not yet written into the inode's map. */
 	if (s == store->active)
-		info->blocks += store->pending.count;
+		info->blocks += nx_pending_count(store);
 }
 
 static struct nx_snap *find_by_name(struct nx_snapstore *store,
@@ -482,7 +487,7 @@ errcode_t nx_snap_flush(struct nx_volume *vol)
 		err = nx_meta_write(vol);
 		if (err)
 			return err;
-		if (store->preserved == before && !store->pending.count)
+		if (store->preserved == before && !nx_pending_count(store))
 			return 0;
 		/* For ext2fs_flush2(); nx_meta_write() tracks groups itself. */
 		ext2fs_mark_bb_dirty(fs);

@@ -49,7 +49,7 @@ errcode_t nx_snap_resolve(struct nx_snapstore *store, int idx, blk64_t n,
 
 		if (!ext2fs_test_block_bitmap2(s->mapped, n))
 			continue;
-		if (s == store->active && nx_blkmap_get(&store->pending, n, &b)) {
+		if (s == store->active && nx_pending_get(store, n, &b)) {
 			*phys = b;
 			return 0;
 		}
@@ -127,6 +127,23 @@ static void cut_at_zero(ext2fs_block_bitmap map, blk64_t n, blk64_t *len)
 }
 
 /*
+ * N is a block the active snapshot (index I) holds as moved, not yet in
+ * its inode: *LEN becomes the run of such blocks from N (<= MAX), cut
+ * where a snapshot between IDX and I maps a block of its own (it would
+ * answer first).
+ */
+static void moved_run(struct nx_snapstore *store, int idx, int i, blk64_t n,
+		      blk64_t *len, blk64_t max)
+{
+	int j;
+
+	*len = max;
+	cut_at_zero(store->moved, n, len);
+	for (j = idx; j < i; j++)
+		cut_at_set(store->snaps[j]->mapped, n, len);
+}
+
+/*
  * nx_snap_resolve() for a run: the first *LEN (<= MAX, >= 1) blocks from
  * N all come from the same place - the same snapshot file's extent, or
  * the live device - and so resolve to *PHYS onwards.  One extent lookup
@@ -154,9 +171,11 @@ static errcode_t resolve_run(struct nx_snapstore *store, int idx, blk64_t n,
 
 		if (!ext2fs_test_block_bitmap2(s->mapped, n))
 			continue;
-		if (s == store->active && nx_blkmap_get(&store->pending, n, &b)) {
+		if (s == store->active && nx_pending_get(store, n, &b)) {
 			*phys = b;
-			return 0;	/* pending entries: one at a time */
+			if (b == n && store->nmoved)
+				moved_run(store, idx, i, n, len, max);
+			return 0;	/* other pending entries: one at a time */
 		}
 		err = ext2fs_extent_open2(fs, s->ino, NULL, &h);
 		if (err == EXT2_ET_INODE_NOT_EXTENT) {
@@ -194,7 +213,7 @@ static errcode_t resolve_run(struct nx_snapstore *store, int idx, blk64_t n,
 		cut_at_zero(s->mapped, n, len);
 		if (s == store->active)
 			for (k = 1; k < *len; k++)
-				if (nx_blkmap_get(&store->pending, n + k, &b)) {
+				if (nx_pending_get(store, n + k, &b)) {
 					*len = k;
 					break;
 				}
