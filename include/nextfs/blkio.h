@@ -45,6 +45,14 @@ struct nx_blkio *nx_blkio_from_channel(io_channel channel);
 
 void nx_blkio_set_hook(struct nx_blkio *io, nx_blkio_write_hook hook,
 		       void *priv);
+
+/*
+ * A number that changes whenever anything is written or held, or held
+ * blocks are dropped: what was read before is still what the device
+ * (as reads see it) has, as long as it is unchanged.  For caches of
+ * parsed metadata.
+ */
+uint64_t nx_blkio_write_gen(const struct nx_blkio *io);
 void nx_blkio_get_stats(struct nx_blkio *io, struct nx_blkio_stats *st);
 
 /*

@@ -24,6 +24,7 @@
 #define NX_VOL_RDONLY	0x0001	/* open read-only; nothing is written */
 
 struct nx_blkio;
+struct nx_xcache;
 
 struct nx_volume {
 	ext2_filsys fs;			/* libext2fs handle, owned */
@@ -38,6 +39,7 @@ struct nx_volume {
 	struct nx_meta *meta;		/* changed-group tracking (meta.h), or NULL */
 	struct nx_txn *txn;		/* transaction state (txn.h), or NULL */
 	struct nx_orphans *orphans;	/* orphan list index (orphan.h) */
+	struct nx_xcache *xcache;	/* extent lookups (file.c), or NULL */
 };
 
 /*

@@ -215,6 +215,80 @@ static errcode_t ext_lookup_next(struct nx_fmap *m, blk64_t lblk,
 	return 0;
 }
 
+/*
+ * Extents recently found by walking a file's tree, a few per inode: a
+ * walk re-reads every node from the root and re-verifies its checksum,
+ * which is a good part of a small random read.  An entry is only good
+ * while nothing at all has been written since it was filled
+ * (nx_blkio_write_gen): any change to any tree, inode or block empties
+ * it.  Live volumes only (views never change, but resolve blocks their
+ * own way).
+ */
+#define XCACHE_SLOTS	4
+#define XCACHE_EXTENTS	8
+
+struct nx_xcache {
+	ext2_ino_t ino;
+	uint64_t wgen;
+	unsigned n, next;
+	struct ext2fs_extent ex[XCACHE_EXTENTS];
+};
+
+/* INO's entry if still valid; with CREATE, a fresh one otherwise. */
+static struct nx_xcache *xcache_entry(struct nx_fmap *m, int create)
+{
+	struct nx_volume *vol = m->vol;
+	struct nx_xcache *c;
+	uint64_t gen;
+
+	if (!vol->io)
+		return NULL;
+	if (!vol->xcache) {
+		if (!create)
+			return NULL;
+		vol->xcache = calloc(XCACHE_SLOTS, sizeof(*vol->xcache));
+		if (!vol->xcache)
+			return NULL;
+	}
+	c = &vol->xcache[m->ino % XCACHE_SLOTS];
+	gen = nx_blkio_write_gen(vol->io);
+	if (c->ino == m->ino && c->wgen == gen)
+		return c;
+	if (!create)
+		return NULL;
+	c->ino = m->ino;
+	c->wgen = gen;
+	c->n = c->next = 0;
+	return c;
+}
+
+static int xcache_find(struct nx_fmap *m, blk64_t lblk,
+		       struct ext2fs_extent *ex)
+{
+	struct nx_xcache *c = xcache_entry(m, 0);
+	unsigned i;
+
+	for (i = 0; c && i < c->n; i++)
+		if (lblk >= c->ex[i].e_lblk &&
+		    lblk < c->ex[i].e_lblk + c->ex[i].e_len) {
+			*ex = c->ex[i];
+			return 1;
+		}
+	return 0;
+}
+
+static void xcache_add(struct nx_fmap *m, const struct ext2fs_extent *ex)
+{
+	struct nx_xcache *c = xcache_entry(m, 1);
+
+	if (!c)
+		return;
+	c->ex[c->next] = *ex;
+	c->next = (c->next + 1) % XCACHE_EXTENTS;
+	if (c->n < XCACHE_EXTENTS)
+		c->n++;
+}
+
 static errcode_t ext_lookup(struct nx_fmap *m, blk64_t lblk,
 			    struct nx_fmap_run *r)
 {
@@ -233,6 +307,11 @@ static errcode_t ext_lookup(struct nx_fmap *m, blk64_t lblk,
 			return ext_lookup_next(m, lblk, r);
 	}
 	m->have_last = 0;
+	if (xcache_find(m, lblk, &ex)) {
+		/* (The handle stays where it was: no have_last.) */
+		run_from_extent(&ex, lblk, r);
+		return 0;
+	}
 	err = ext2fs_extent_goto(m->handle, lblk);
 	if (err == EXT2_ET_EXTENT_NO_NEXT)	/* an empty tree */
 		err = EXT2_ET_EXTENT_NOT_FOUND;
@@ -244,6 +323,7 @@ static errcode_t ext_lookup(struct nx_fmap *m, blk64_t lblk,
 			return err;
 		m->last = ex;
 		m->have_last = 1;
+		xcache_add(m, &ex);
 		run_from_extent(&ex, lblk, r);
 		return 0;
 	}

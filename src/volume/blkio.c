@@ -68,6 +68,7 @@ struct nx_blkio {
 	struct stream_ranges stream;	/* streamed file data (see below) */
 	int dfd;			/* O_DIRECT descriptor for reads, or -1 */
 	int dfd_refused;		/* it refused a read: use fd only */
+	uint64_t wgen;			/* bumped by every write (see blkio.h) */
 };
 
 /* Statistics are also counted by shared readers, outside the lock. */
@@ -166,12 +167,23 @@ static errcode_t grow_held(struct nx_blkio *io)
 	return 0;
 }
 
+static void bump_wgen(struct nx_blkio *io)
+{
+	__atomic_add_fetch(&io->wgen, 1, __ATOMIC_RELAXED);
+}
+
+uint64_t nx_blkio_write_gen(const struct nx_blkio *io)
+{
+	return __atomic_load_n(&io->wgen, __ATOMIC_RELAXED);
+}
+
 static errcode_t hold_block(struct nx_blkio *io, const void *buf, uint64_t off)
 {
 	long idx = find_held(io, off);
 	struct held_block *h;
 	errcode_t err;
 
+	bump_wgen(io);
 	if (idx >= 0 && io->held[idx].data) {
 		memcpy(io->held[idx].data, buf, io->unit);
 		return 0;
@@ -522,6 +534,7 @@ static errcode_t write_device(struct nx_blkio *io, const void *buf,
 {
 	errcode_t err;
 
+	bump_wgen(io);
 	STAT_ADD(io, write_calls, 1);
 	if (io->faults) {
 		int fate = nx_faults_on_write(io->faults, offset, len);
@@ -877,6 +890,7 @@ void nx_blkio_drop_held(struct nx_blkio *io)
 {
 	size_t i;
 
+	bump_wgen(io);
 	for (i = 0; i < io->nheld; i++) {
 		free(io->held[i].data);
 		io->held[i].data = NULL;

@@ -436,6 +436,7 @@ fail:
 		close(vol->lock_fd);
 	pthread_mutex_destroy(&vol->lock);
 	free(vol->device);
+	free(vol->xcache);
 	free(vol);
 	return err;
 }
@@ -526,6 +527,7 @@ errcode_t nx_volume_close(struct nx_volume *vol)
 		close(vol->lock_fd);
 	pthread_mutex_destroy(&vol->lock);
 	free(vol->device);
+	free(vol->xcache);
 	free(vol);
 	return err;
 }
