@@ -359,6 +359,50 @@ class ToolTest(nx.NxTestCase):
             self.assertEqual(nx.read_file(nxsnap.snap_dir(m, 's2') + '/f'),
                              b'two')
 
+    def test_check_repairs_damaged_live_tree(self):
+        """Damage e2fsck -fy can fix in the live tree (here a wrong link
+        count, as a crash without a journal can leave): check finds it
+        and changes nothing, check --repair fixes it with e2fsck -fy
+        (HAS_SNAPSHOT masked for it and put back), and the snapshot and
+        the live files come through intact."""
+        img = self.make_image()
+        with self.mounted(img, check=False) as m:
+            nx.write_file(m.p('f'), b'old')
+            nx.write_file(m.p('g'), b'keep')
+            os.mkdir(nxsnap.snap_dir(m, 's1'))
+            nx.write_file(m.p('f'), b'new')
+        self.assertCheckClean(img)
+
+        def has_snapshot(on):
+            def fn(sb):
+                ro = struct.unpack_from('<I', sb, nxsnap.RO_COMPAT_OFF)[0]
+                ro = (ro | nxsnap.RO_COMPAT_HAS_SNAPSHOT) if on else \
+                    (ro & ~nxsnap.RO_COMPAT_HAS_SNAPSHOT)
+                struct.pack_into('<I', sb, nxsnap.RO_COMPAT_OFF, ro)
+            return fn
+        self.patch_super(img, has_snapshot(False))
+        nx.run([nx.DEBUGFS, '-w', '-R', 'sif /g links_count 7', img])
+        self.patch_super(img, has_snapshot(True))
+
+        p = nextfs('check', img, check=4)
+        self.assertIn('e2fsck', p.stdout)
+        broken = image_digest(img)
+        nextfs('check', img, check=4)
+        self.assertEqual(image_digest(img), broken)
+        p = nextfs('check', '--repair', img)
+        self.assertIn(p.returncode, (0, 1), nx.tail(p.stdout, 40))
+        self.assertIn('-fy', p.stdout)
+        self.assertTrue(nxsnap.has_snapshot_flag(img))
+        self.assertCheckClean(img)
+        with self.mounted(img, check=False) as m:
+            self.assertEqual(os.stat(m.p('g')).st_nlink, 1)
+            self.assertEqual(nx.read_file(m.p('g')), b'keep')
+            self.assertEqual(nx.read_file(m.p('f')), b'new')
+            self.assertEqual(nx.read_file(nxsnap.snap_dir(m, 's1') + '/f'),
+                             b'old')
+            os.rmdir(nxsnap.snap_dir(m, 's1'))
+        self.assertCheckClean(img)
+
     def test_check_stale_feature(self):
         img = self.make_image()
         self.patch_super(img, lambda sb: struct.pack_into(
