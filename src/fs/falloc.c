@@ -270,29 +270,37 @@ static errcode_t ext_split_at(ext2_extent_handle_t h, blk64_t at)
 
 /*
  * Where a new block for LBLK should go: continuing the nearest extent as
- * if the file's logical layout were laid out on disk as it is.
+ * if the file's logical layout were laid out on disk as it is.  From EX
+ * (NULL: none known), else where libext2fs would put the inode's blocks.
  */
-static blk64_t ext_goal(struct nx_fmap *m, blk64_t lblk)
+static blk64_t ext_goal_from(struct nx_fmap *m,
+			     const struct ext2fs_extent *ex, blk64_t lblk)
 {
 	ext2_filsys fs = m->vol->fs;
-	struct ext2fs_extent ex;
 	blk64_t goal = 0;
-	errcode_t err;
 
-	m->have_last = 0;
-	err = ext2fs_extent_goto(m->handle, lblk ? lblk - 1 : 0);
-	if ((!err || is_hole_err(err)) &&
-	    !ext2fs_extent_get(m->handle, EXT2_EXTENT_CURRENT, &ex)) {
-		if (ex.e_lblk <= lblk)
-			goal = ex.e_pblk + (lblk - ex.e_lblk);
-		else if (ex.e_pblk > ex.e_lblk - lblk)
-			goal = ex.e_pblk - (ex.e_lblk - lblk);
-	}
+	if (ex && ex->e_lblk <= lblk)
+		goal = ex->e_pblk + (lblk - ex->e_lblk);
+	else if (ex && ex->e_pblk > ex->e_lblk - lblk)
+		goal = ex->e_pblk - (ex->e_lblk - lblk);
 	if (!goal || goal >= ext2fs_blocks_count(fs->super))
 		goal = ext2fs_find_inode_goal(fs, m->ino,
 					      (struct ext2_inode *)m->inode,
 					      lblk);
 	return goal;
+}
+
+static blk64_t ext_goal(struct nx_fmap *m, blk64_t lblk)
+{
+	struct ext2fs_extent ex;
+	errcode_t err;
+
+	m->have_last = 0;
+	err = ext2fs_extent_goto(m->handle, lblk ? lblk - 1 : 0);
+	if ((!err || is_hole_err(err)) &&
+	    !ext2fs_extent_get(m->handle, EXT2_EXTENT_CURRENT, &ex))
+		return ext_goal_from(m, &ex, lblk);
+	return ext_goal_from(m, NULL, lblk);
 }
 
 /*
@@ -376,15 +384,15 @@ errcode_t nx_file_map_run(struct nx_volume *vol, ext2_ino_t ino,
 }
 
 /*
- * Up to LEN new blocks for LBLK.. where the file continues, keeping a few
- * free for the extent tree to grow into.
+ * Up to LEN new blocks from GOAL on, keeping a few free for the extent
+ * tree to grow into.
  */
-static errcode_t ext_new_blocks(struct nx_fmap *m, blk64_t lblk, blk64_t len,
+static errcode_t ext_new_blocks(struct nx_fmap *m, blk64_t goal, blk64_t len,
 				blk64_t *pblk, blk64_t *got)
 {
 	struct ext3_extent_header *eh = (void *)m->inode->i_block;
 
-	return nx_fmap_new_blocks(m->vol, ext_goal(m, lblk), len,
+	return nx_fmap_new_blocks(m->vol, goal, len,
 				  ext2fs_le16_to_cpu(eh->eh_depth) + 2,
 				  pblk, got);
 }
@@ -399,7 +407,7 @@ static errcode_t ext_alloc(struct nx_fmap *m, blk64_t lblk, blk64_t len,
 	if (lblk >= NX_LBLK_END)
 		return EFBIG;
 	len = min_u64(len, NX_LBLK_END - lblk);
-	err = ext_new_blocks(m, lblk, len, &pblk, &got);
+	err = ext_new_blocks(m, ext_goal(m, lblk), len, &pblk, &got);
 	if (err)
 		return err;
 	err = ext_map_new(m->handle, lblk, pblk, got, uninit, &mapped);
@@ -698,21 +706,14 @@ static errcode_t ext_replace_goal(struct nx_fmap *m,
 				  const struct ext2fs_extent *ex, blk64_t lblk,
 				  blk64_t *goal)
 {
-	ext2_filsys fs = m->vol->fs;
 	struct ext2fs_extent prev;
 	int found = 0;
 	errcode_t err = 0;
 
-	*goal = ex->e_pblk + (lblk - ex->e_lblk);
 	if (lblk == ex->e_lblk)
 		err = ext_peek_sib(m->handle, EXT2_EXTENT_PREV_SIB, &prev,
 				   &found);
-	if (found)
-		*goal = prev.e_pblk + (lblk - prev.e_lblk);
-	if (*goal >= ext2fs_blocks_count(fs->super))
-		*goal = ext2fs_find_inode_goal(fs, m->ino,
-					       (struct ext2_inode *)m->inode,
-					       lblk);
+	*goal = ext_goal_from(m, found ? &prev : ex, lblk);
 	return err;
 }
 
@@ -762,7 +763,6 @@ static errcode_t ext_remap_piece(ext2_extent_handle_t h,
 static errcode_t ext_replace(struct nx_fmap *m, blk64_t lblk, blk64_t len,
 			     struct nx_fmap_run *run)
 {
-	struct ext3_extent_header *eh = (void *)m->inode->i_block;
 	struct ext2fs_extent ex, cur;
 	blk64_t pblk = 0, got = 0, goal;
 	errcode_t err;
@@ -776,9 +776,7 @@ static errcode_t ext_replace(struct nx_fmap *m, blk64_t lblk, blk64_t len,
 		return EINVAL;
 	err = ext_replace_goal(m, &ex, lblk, &goal);
 	if (!err)
-		err = nx_fmap_new_blocks(m->vol, goal, len,
-					 ext2fs_le16_to_cpu(eh->eh_depth) + 2,
-					 &pblk, &got);
+		err = ext_new_blocks(m, goal, len, &pblk, &got);
 	if (err)
 		return err;
 	err = ext_remap_piece(m->handle, &ex, lblk, got, pblk);
