@@ -46,20 +46,28 @@ int nx_cow_needs_preserve(struct nx_snapstore *store, blk64_t blk)
 	       !ext2fs_test_block_bitmap2(active->mapped, blk);
 }
 
+/* Record that the active snapshot now holds [N, N + COUNT) where it is. */
+static void record_moved(struct nx_snapstore *store, blk64_t n,
+			 blk64_t count)
+{
+	ext2fs_mark_block_bitmap_range2(store->active->mapped, n, count);
+	ext2fs_mark_block_bitmap_range2(store->exclude, n, count);
+	ext2fs_mark_block_bitmap_range2(store->moved, n, count);
+	store->nmoved += count;
+	store->preserved += count;
+}
+
 /* Record that the active snapshot now holds the old N at physical B. */
 static errcode_t record_preserved(struct nx_snapstore *store, blk64_t n,
 				  blk64_t b)
 {
+	if (n == b) {
+		record_moved(store, n, 1);
+		return 0;
+	}
 	ext2fs_mark_block_bitmap2(store->active->mapped, n);
 	ext2fs_mark_block_bitmap2(store->exclude, b);
 	store->preserved++;
-	if (n == b) {
-		if (!ext2fs_test_block_bitmap2(store->moved, n)) {
-			ext2fs_mark_block_bitmap2(store->moved, n);
-			store->nmoved++;
-		}
-		return 0;
-	}
 	return nx_blkmap_put(&store->pending, n, b);
 }
 
@@ -470,12 +478,7 @@ errcode_t nx_snap_take_moved(struct nx_volume *vol, blk64_t pblk,
 	for (i = 0; i < count; i++)
 		if (!store || !nx_cow_needs_preserve(store, pblk + i))
 			return EINVAL;	/* the caller broke the contract */
-	/* record_preserved() for the run, with one range mark per bitmap. */
-	ext2fs_mark_block_bitmap_range2(store->active->mapped, pblk, count);
-	ext2fs_mark_block_bitmap_range2(store->exclude, pblk, count);
-	ext2fs_mark_block_bitmap_range2(store->moved, pblk, count);
-	store->nmoved += count;
-	store->preserved += count;
+	record_moved(store, pblk, count);
 	return 0;
 }
 
