@@ -41,6 +41,7 @@
 #include "nextfs/perm.h"
 #include "nextfs/volume.h"
 #include "nextfs/xattr.h"
+#include "fuse_internal.h"
 
 #ifndef FALLOC_FL_KEEP_SIZE
 #define FALLOC_FL_KEEP_SIZE	0x01
@@ -56,46 +57,10 @@
 /* ------------------------------------------------------------------ */
 /* Small helpers                                                       */
 
-/* The live volume, or the snapshot view snap_ops.c is serving now. */
-static struct nx_fuse *req_fs(fuse_req_t req)
-{
-	return nx_fuse_current ? nx_fuse_current : fuse_req_userdata(req);
-}
-
-/* Node ids: snapshot id in the high 32 bits (0: live), inode below. */
-static ext2_ino_t to_ext2(fuse_ino_t nodeid)
-{
-	ext2_ino_t ino = (ext2_ino_t)(nodeid & NX_NODE_INO_MASK);
-
-	return ino == FUSE_ROOT_ID ? EXT2_ROOT_INO : ino;
-}
-
 static fuse_ino_t to_fuse(const struct nx_fuse *fs, ext2_ino_t ino)
 {
 	return fs->space | (ino == EXT2_ROOT_INO ? FUSE_ROOT_ID :
 			    (fuse_ino_t)ino);
-}
-
-static void reply_err(fuse_req_t req, errcode_t err)
-{
-	fuse_reply_err(req, nx_errno(err));
-}
-
-/* Who is asking.  Groups are read from /proc, so only when they matter. */
-static void get_cred(fuse_req_t req, struct nx_cred *cred)
-{
-	const struct fuse_ctx *ctx = fuse_req_ctx(req);
-	int n;
-
-	cred->uid = ctx->uid;
-	cred->gid = ctx->gid;
-	cred->umask = ctx->umask;
-	cred->ngroups = 0;
-	if (cred->uid == 0)
-		return;		/* root passes every group check anyway */
-	n = fuse_req_getgroups(req, NX_MAX_GROUPS, cred->groups);
-	if (n > 0)
-		cred->ngroups = n < NX_MAX_GROUPS ? n : NX_MAX_GROUPS;
 }
 
 /*
@@ -185,17 +150,6 @@ static void reply_entry(fuse_req_t req, struct nx_fuse *fs,
 	}
 	if (fuse_reply_entry(req, e) != 0)
 		unref(fs, to_ext2(e->ino), 1);
-}
-
-/*
- * We changed attributes of NODEID that the kernel does not know changed
- * (it caches them for fs->timeout): make it ask again.  Only after the
- * reply, without the lock: the kernel may need other requests answered.
- */
-static void invalidate_attrs(struct nx_fuse *fs, fuse_ino_t nodeid)
-{
-	if (fs->se)
-		fuse_lowlevel_notify_inval_inode(fs->se, nodeid, -1, 0);
 }
 
 /* An unlink, rmdir or rename took the last name of VICTIM (maybe). */
@@ -1358,191 +1312,6 @@ static void nx_op_removexattr(fuse_req_t req, fuse_ino_t nodeid,
 	reply_err(req, err);
 }
 
-/* ------------------------------------------------------------------ */
-/* ioctl: inode flags (chattr/lsattr), generation number, real mtime    */
-
-#ifndef FS_IOC32_GETFLAGS
-#define FS_IOC32_GETFLAGS	_IOR('f', 1, int)
-#define FS_IOC32_SETFLAGS	_IOW('f', 2, int)
-#endif
-#ifndef FS_IOC32_GETVERSION
-#define FS_IOC32_GETVERSION	_IOR('v', 1, int)
-#endif
-
-/* FS_*_FL <-> FS_XFLAG_* for the flags both interfaces share. */
-static const struct { unsigned fl; uint32_t xflag; } xflag_map[] = {
-	{ FS_SYNC_FL, FS_XFLAG_SYNC },
-	{ FS_IMMUTABLE_FL, FS_XFLAG_IMMUTABLE },
-	{ FS_APPEND_FL, FS_XFLAG_APPEND },
-	{ FS_NODUMP_FL, FS_XFLAG_NODUMP },
-	{ FS_NOATIME_FL, FS_XFLAG_NOATIME },
-	{ FS_PROJINHERIT_FL, FS_XFLAG_PROJINHERIT },
-};
-#define NX_NXFLAGS (sizeof(xflag_map) / sizeof(xflag_map[0]))
-
-static uint32_t flags_to_xflags(unsigned flags)
-{
-	uint32_t x = 0;
-	size_t i;
-
-	for (i = 0; i < NX_NXFLAGS; i++)
-		if (flags & xflag_map[i].fl)
-			x |= xflag_map[i].xflag;
-	return x;
-}
-
-static unsigned xflags_to_flags(unsigned old, uint32_t x)
-{
-	size_t i;
-
-	for (i = 0; i < NX_NXFLAGS; i++) {
-		old &= ~xflag_map[i].fl;
-		if (x & xflag_map[i].xflag)
-			old |= xflag_map[i].fl;
-	}
-	return old;
-}
-
-/*
- * The kernel routes FS_IOC_GETFLAGS/SETFLAGS through its fileattr code,
- * which also asks for FS_IOC_FSGETXATTR before every change, so all
- * four must work for chattr to.  The flags argument is an int (not the
- * long the ioctl number suggests): reply exactly 4 bytes.
- */
-static errcode_t ioctl_flags(struct nx_fuse *fs, const struct nx_cred *cred,
-			     ext2_ino_t ino, unsigned int cmd,
-			     const void *in, size_t in_size, void *out,
-			     size_t *out_size)
-{
-	struct nx_volume *vol = fs->vol;
-	struct fsxattr fsx;
-	unsigned flags, newflags;
-	int is_set = cmd == FS_IOC_SETFLAGS || cmd == FS_IOC32_SETFLAGS ||
-		     cmd == FS_IOC_FSSETXATTR;
-	size_t need = (cmd == FS_IOC_FSGETXATTR || cmd == FS_IOC_FSSETXATTR) ?
-		      sizeof(fsx) : sizeof(int);
-	errcode_t err;
-
-	if ((is_set ? in_size : *out_size) < need)
-		return EINVAL;
-	if (is_set && nx_volume_rdonly(vol))
-		return EROFS;
-	err = nx_get_iflags(vol, ino, &flags);
-	if (err)
-		return err;
-	if (!is_set) {
-		if (cmd == FS_IOC_FSGETXATTR) {
-			memset(&fsx, 0, sizeof(fsx));
-			fsx.fsx_xflags = flags_to_xflags(flags);
-			memcpy(out, &fsx, sizeof(fsx));
-		} else {
-			memcpy(out, &flags, sizeof(int));
-		}
-		*out_size = need;
-		return 0;
-	}
-	*out_size = 0;
-	if (cmd == FS_IOC_FSSETXATTR) {
-		memcpy(&fsx, in, sizeof(fsx));
-		if (fsx.fsx_projid)
-			return EOPNOTSUPP;	/* no project quota */
-		newflags = xflags_to_flags(flags, fsx.fsx_xflags);
-	} else {
-		memcpy(&newflags, in, sizeof(int));
-	}
-	return nx_set_iflags(vol, cred, ino, newflags);
-}
-
-static errcode_t ioctl_getversion(struct nx_fuse *fs, ext2_ino_t ino,
-				  void *out, size_t *out_size)
-{
-	struct ext2_inode_large inode;
-	errcode_t err;
-
-	if (*out_size < sizeof(int))
-		return EINVAL;
-	err = nx_inode_read(fs->vol, ino, &inode);
-	if (err)
-		return err;
-	memcpy(out, &inode.i_generation, sizeof(int));
-	*out_size = sizeof(int);
-	return 0;
-}
-
-/* NX_IOC_GET_MTIME: the inode's mtime, before nx_fuse_fix_stat(). */
-static errcode_t ioctl_get_mtime(struct nx_fuse *fs, ext2_ino_t ino,
-				 void *out, size_t *out_size)
-{
-	struct ext2_inode_large inode;
-	struct nx_ioc_time t;
-	struct stat st;
-	errcode_t err;
-
-	if (*out_size < sizeof(t))
-		return EINVAL;
-	err = nx_inode_read(fs->vol, ino, &inode);
-	if (err)
-		return err;
-	nx_inode_to_stat(fs->vol, ino, &inode, &st);
-	memset(&t, 0, sizeof(t));
-	t.sec = st.st_mtim.tv_sec;
-	t.nsec = (uint32_t)st.st_mtim.tv_nsec;
-	memcpy(out, &t, sizeof(t));
-	*out_size = sizeof(t);
-	return 0;
-}
-
-static void nx_op_ioctl(fuse_req_t req, fuse_ino_t nodeid, unsigned int cmd,
-			void *arg, struct fuse_file_info *fi, unsigned flags,
-			const void *in_buf, size_t in_bufsz, size_t out_bufsz)
-{
-	struct nx_fuse *fs = req_fs(req);
-	ext2_ino_t ino = to_ext2(nodeid);
-	struct fsxattr out;		/* large enough for every reply */
-	_Static_assert(sizeof(out) >= sizeof(struct nx_ioc_time),
-		       "ioctl reply buffer too small");
-	size_t out_size = out_bufsz < sizeof(out) ? out_bufsz : sizeof(out);
-	struct nx_cred cred;
-	errcode_t err;
-
-	if (flags & FUSE_IOCTL_UNRESTRICTED) {
-		fuse_reply_err(req, ENOTTY);
-		return;
-	}
-	get_cred(req, &cred);
-	nx_volume_lock(fs->vol);
-	switch (cmd) {
-	case FS_IOC_GETFLAGS:
-	case FS_IOC32_GETFLAGS:
-	case FS_IOC_SETFLAGS:
-	case FS_IOC32_SETFLAGS:
-	case FS_IOC_FSGETXATTR:
-	case FS_IOC_FSSETXATTR:
-		err = ioctl_flags(fs, &cred, ino, cmd, in_buf, in_bufsz, &out,
-				  &out_size);
-		break;
-	case FS_IOC_GETVERSION:
-	case FS_IOC32_GETVERSION:
-		err = ioctl_getversion(fs, ino, &out, &out_size);
-		break;
-	case NX_IOC_GET_MTIME:
-		err = ioctl_get_mtime(fs, ino, &out, &out_size);
-		break;
-	default:
-		err = ENOTTY;
-		break;
-	}
-	nx_volume_unlock(fs->vol);
-	if (err) {
-		reply_err(req, err);
-		return;
-	}
-	fuse_reply_ioctl(req, 0, out_size ? &out : NULL, out_size);
-	if (cmd == FS_IOC_SETFLAGS || cmd == FS_IOC32_SETFLAGS ||
-	    cmd == FS_IOC_FSSETXATTR)
-		invalidate_attrs(fs, nodeid);	/* ctime changed */
-}
-
 const struct fuse_lowlevel_ops nx_fuse_ops = {
 	.init		= nx_op_init,
 	.destroy	= nx_op_destroy,
@@ -1579,5 +1348,5 @@ const struct fuse_lowlevel_ops nx_fuse_ops = {
 	.create		= nx_op_create,
 	.fallocate	= nx_op_fallocate,
 	.lseek		= nx_op_lseek,
-	.ioctl		= nx_op_ioctl,
+	.ioctl		= nx_fuse_ioctl,
 };

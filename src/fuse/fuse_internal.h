@@ -1,0 +1,69 @@
+/*
+ * fuse_internal.h - helpers shared by the FUSE operations of the live
+ * volume (fuse_ops.c) and their ioctls (fuse_ioctl.c).  Not a public
+ * contract: include/nextfs/fuse_ops.h is.
+ */
+#ifndef NEXTFS_FUSE_INTERNAL_H
+#define NEXTFS_FUSE_INTERNAL_H
+
+#include "nextfs/fuse_ops.h"
+#include "nextfs/perm.h"
+#include "nextfs/volume.h"
+
+/* The live volume, or the snapshot view snap_ops.c is serving now. */
+static inline struct nx_fuse *req_fs(fuse_req_t req)
+{
+	return nx_fuse_current ? nx_fuse_current : fuse_req_userdata(req);
+}
+
+/* Node ids: snapshot id in the high 32 bits (0: live), inode below. */
+static inline ext2_ino_t to_ext2(fuse_ino_t nodeid)
+{
+	ext2_ino_t ino = (ext2_ino_t)(nodeid & NX_NODE_INO_MASK);
+
+	return ino == FUSE_ROOT_ID ? EXT2_ROOT_INO : ino;
+}
+
+static inline void reply_err(fuse_req_t req, errcode_t err)
+{
+	fuse_reply_err(req, nx_errno(err));
+}
+
+/* Who is asking.  Groups are read from /proc, so only when they matter. */
+static inline void get_cred(fuse_req_t req, struct nx_cred *cred)
+{
+	const struct fuse_ctx *ctx = fuse_req_ctx(req);
+	int n;
+
+	cred->uid = ctx->uid;
+	cred->gid = ctx->gid;
+	cred->umask = ctx->umask;
+	cred->ngroups = 0;
+	if (cred->uid == 0)
+		return;		/* root passes every group check anyway */
+	n = fuse_req_getgroups(req, NX_MAX_GROUPS, cred->groups);
+	if (n > 0)
+		cred->ngroups = n < NX_MAX_GROUPS ? n : NX_MAX_GROUPS;
+}
+
+/*
+ * We changed attributes of NODEID that the kernel does not know changed
+ * (it caches them for fs->timeout): make it ask again.  Only after the
+ * reply, without the lock: the kernel may need other requests answered.
+ */
+static inline void invalidate_attrs(struct nx_fuse *fs, fuse_ino_t nodeid)
+{
+	if (fs->se)
+		fuse_lowlevel_notify_inval_inode(fs->se, nodeid, -1, 0);
+}
+
+/*
+ * fuse_ioctl.c: FS_IOC_GETFLAGS/SETFLAGS and FSGETXATTR/FSSETXATTR
+ * (chattr, lsattr), FS_IOC_GETVERSION, and NX_IOC_GET_MTIME (nxioctl.h).
+ * Anything else is ENOTTY.
+ */
+void nx_fuse_ioctl(fuse_req_t req, fuse_ino_t nodeid, unsigned int cmd,
+		   void *arg, struct fuse_file_info *fi, unsigned flags,
+		   const void *in_buf, size_t in_bufsz, size_t out_bufsz);
+
+#endif

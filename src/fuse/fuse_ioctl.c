@@ -1,0 +1,197 @@
+/*
+ * fuse_ioctl.c - the ioctls of live files and directories: inode flags
+ * (chattr/lsattr through FS_IOC_GETFLAGS/SETFLAGS and the fileattr pair
+ * FS_IOC_FSGETXATTR/FSSETXATTR), the generation number, and nextfs's own
+ * NX_IOC_GET_MTIME.  Like every operation, each runs under the volume
+ * lock and replies after it is dropped.
+ */
+#include "fuse_internal.h"
+
+#include <string.h>
+#include <sys/stat.h>
+#include <linux/fs.h>
+#include "nextfs/inode.h"
+#include "nextfs/nxioctl.h"
+#include "nextfs/xattr.h"
+
+#ifndef FS_IOC32_GETFLAGS
+#define FS_IOC32_GETFLAGS	_IOR('f', 1, int)
+#define FS_IOC32_SETFLAGS	_IOW('f', 2, int)
+#endif
+#ifndef FS_IOC32_GETVERSION
+#define FS_IOC32_GETVERSION	_IOR('v', 1, int)
+#endif
+
+/* FS_*_FL <-> FS_XFLAG_* for the flags both interfaces share. */
+static const struct { unsigned fl; uint32_t xflag; } xflag_map[] = {
+	{ FS_SYNC_FL, FS_XFLAG_SYNC },
+	{ FS_IMMUTABLE_FL, FS_XFLAG_IMMUTABLE },
+	{ FS_APPEND_FL, FS_XFLAG_APPEND },
+	{ FS_NODUMP_FL, FS_XFLAG_NODUMP },
+	{ FS_NOATIME_FL, FS_XFLAG_NOATIME },
+	{ FS_PROJINHERIT_FL, FS_XFLAG_PROJINHERIT },
+};
+#define NX_NXFLAGS (sizeof(xflag_map) / sizeof(xflag_map[0]))
+
+static uint32_t flags_to_xflags(unsigned flags)
+{
+	uint32_t x = 0;
+	size_t i;
+
+	for (i = 0; i < NX_NXFLAGS; i++)
+		if (flags & xflag_map[i].fl)
+			x |= xflag_map[i].xflag;
+	return x;
+}
+
+static unsigned xflags_to_flags(unsigned old, uint32_t x)
+{
+	size_t i;
+
+	for (i = 0; i < NX_NXFLAGS; i++) {
+		old &= ~xflag_map[i].fl;
+		if (x & xflag_map[i].xflag)
+			old |= xflag_map[i].fl;
+	}
+	return old;
+}
+
+/*
+ * The kernel routes FS_IOC_GETFLAGS/SETFLAGS through its fileattr code,
+ * which also asks for FS_IOC_FSGETXATTR before every change, so all
+ * four must work for chattr to.  The flags argument is an int (not the
+ * long the ioctl number suggests): reply exactly 4 bytes.
+ */
+static errcode_t ioctl_flags(struct nx_fuse *fs, const struct nx_cred *cred,
+			     ext2_ino_t ino, unsigned int cmd,
+			     const void *in, size_t in_size, void *out,
+			     size_t *out_size)
+{
+	struct nx_volume *vol = fs->vol;
+	struct fsxattr fsx;
+	unsigned flags, newflags;
+	int is_set = cmd == FS_IOC_SETFLAGS || cmd == FS_IOC32_SETFLAGS ||
+		     cmd == FS_IOC_FSSETXATTR;
+	size_t need = (cmd == FS_IOC_FSGETXATTR || cmd == FS_IOC_FSSETXATTR) ?
+		      sizeof(fsx) : sizeof(int);
+	errcode_t err;
+
+	if ((is_set ? in_size : *out_size) < need)
+		return EINVAL;
+	if (is_set && nx_volume_rdonly(vol))
+		return EROFS;
+	err = nx_get_iflags(vol, ino, &flags);
+	if (err)
+		return err;
+	if (!is_set) {
+		if (cmd == FS_IOC_FSGETXATTR) {
+			memset(&fsx, 0, sizeof(fsx));
+			fsx.fsx_xflags = flags_to_xflags(flags);
+			memcpy(out, &fsx, sizeof(fsx));
+		} else {
+			memcpy(out, &flags, sizeof(int));
+		}
+		*out_size = need;
+		return 0;
+	}
+	*out_size = 0;
+	if (cmd == FS_IOC_FSSETXATTR) {
+		memcpy(&fsx, in, sizeof(fsx));
+		if (fsx.fsx_projid)
+			return EOPNOTSUPP;	/* no project quota */
+		newflags = xflags_to_flags(flags, fsx.fsx_xflags);
+	} else {
+		memcpy(&newflags, in, sizeof(int));
+	}
+	return nx_set_iflags(vol, cred, ino, newflags);
+}
+
+static errcode_t ioctl_getversion(struct nx_fuse *fs, ext2_ino_t ino,
+				  void *out, size_t *out_size)
+{
+	struct ext2_inode_large inode;
+	errcode_t err;
+
+	if (*out_size < sizeof(int))
+		return EINVAL;
+	err = nx_inode_read(fs->vol, ino, &inode);
+	if (err)
+		return err;
+	memcpy(out, &inode.i_generation, sizeof(int));
+	*out_size = sizeof(int);
+	return 0;
+}
+
+/* NX_IOC_GET_MTIME: the inode's mtime, before nx_fuse_fix_stat(). */
+static errcode_t ioctl_get_mtime(struct nx_fuse *fs, ext2_ino_t ino,
+				 void *out, size_t *out_size)
+{
+	struct ext2_inode_large inode;
+	struct nx_ioc_time t;
+	struct stat st;
+	errcode_t err;
+
+	if (*out_size < sizeof(t))
+		return EINVAL;
+	err = nx_inode_read(fs->vol, ino, &inode);
+	if (err)
+		return err;
+	nx_inode_to_stat(fs->vol, ino, &inode, &st);
+	memset(&t, 0, sizeof(t));
+	t.sec = st.st_mtim.tv_sec;
+	t.nsec = (uint32_t)st.st_mtim.tv_nsec;
+	memcpy(out, &t, sizeof(t));
+	*out_size = sizeof(t);
+	return 0;
+}
+
+void nx_fuse_ioctl(fuse_req_t req, fuse_ino_t nodeid, unsigned int cmd,
+		   void *arg, struct fuse_file_info *fi, unsigned flags,
+		   const void *in_buf, size_t in_bufsz, size_t out_bufsz)
+{
+	struct nx_fuse *fs = req_fs(req);
+	ext2_ino_t ino = to_ext2(nodeid);
+	struct fsxattr out;		/* large enough for every reply */
+	_Static_assert(sizeof(out) >= sizeof(struct nx_ioc_time),
+		       "ioctl reply buffer too small");
+	size_t out_size = out_bufsz < sizeof(out) ? out_bufsz : sizeof(out);
+	struct nx_cred cred;
+	errcode_t err;
+
+	if (flags & FUSE_IOCTL_UNRESTRICTED) {
+		fuse_reply_err(req, ENOTTY);
+		return;
+	}
+	get_cred(req, &cred);
+	nx_volume_lock(fs->vol);
+	switch (cmd) {
+	case FS_IOC_GETFLAGS:
+	case FS_IOC32_GETFLAGS:
+	case FS_IOC_SETFLAGS:
+	case FS_IOC32_SETFLAGS:
+	case FS_IOC_FSGETXATTR:
+	case FS_IOC_FSSETXATTR:
+		err = ioctl_flags(fs, &cred, ino, cmd, in_buf, in_bufsz, &out,
+				  &out_size);
+		break;
+	case FS_IOC_GETVERSION:
+	case FS_IOC32_GETVERSION:
+		err = ioctl_getversion(fs, ino, &out, &out_size);
+		break;
+	case NX_IOC_GET_MTIME:
+		err = ioctl_get_mtime(fs, ino, &out, &out_size);
+		break;
+	default:
+		err = ENOTTY;
+		break;
+	}
+	nx_volume_unlock(fs->vol);
+	if (err) {
+		reply_err(req, err);
+		return;
+	}
+	fuse_reply_ioctl(req, 0, out_size ? &out : NULL, out_size);
+	if (cmd == FS_IOC_SETFLAGS || cmd == FS_IOC32_SETFLAGS ||
+	    cmd == FS_IOC_FSSETXATTR)
+		invalidate_attrs(fs, nodeid);	/* ctime changed */
+}
