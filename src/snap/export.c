@@ -4,8 +4,9 @@
  * e2fsck must see), and a snapshot as a standalone ext image.
  *
  * Export without copying the source: the snapshot's view is opened a
- * second time as a read-write libext2fs file system on an "overlay" I/O
- * manager that reads through the view and keeps every write in memory.
+ * second time as a read-write libext2fs file system on an "overlay"
+ * device (bytechan.h) that reads through the view and keeps every write
+ * in memory.
  * On that file system the snapshot files and /.snapshots are removed, the
  * block bitmap is rebuilt from what the remaining inodes own (the snapshot
  * files' own block maps are not trusted: an older snapshot's extent tree
@@ -23,24 +24,20 @@
 #include <time.h>
 #include <unistd.h>
 #include <et/com_err.h>
+#include "nextfs/bytechan.h"
 #include "nextfs/snaptool.h"
 #include "snap_internal.h"
 
 /* ------------------------------------------------------------------ */
-/* The overlay I/O manager.                                            */
+/* The overlay: writes kept in memory over the snapshot view.        */
 
 struct overlay {
-	char name[64];
 	io_channel lower;		/* the snapshot view (not owned) */
 	unsigned unit;			/* = the file system block size */
 	struct nx_blkmap slot;		/* block -> index into bufs */
 	char **bufs;
 	size_t nbufs, cap;
-	struct overlay *next;		/* registry (open() only gets a name) */
 };
-
-static struct overlay *overlay_registry;
-static struct struct_io_manager overlay_manager;
 
 static char *overlay_block(struct overlay *ov, blk64_t blk)
 {
@@ -55,9 +52,11 @@ static errcode_t lower_read(struct overlay *ov, blk64_t blk, blk64_t n,
 	return io_channel_read_blk64(ov->lower, blk, (int)n, buf);
 }
 
-static errcode_t overlay_read(struct overlay *ov, char *buf, uint64_t off,
+static errcode_t overlay_read(void *priv, void *data, uint64_t off,
 			      uint64_t len)
 {
+	struct overlay *ov = priv;
+	char *buf = data;
 	uint64_t pos = off, end = off + len;
 	char *tmp = NULL;
 	errcode_t err = 0;
@@ -125,9 +124,11 @@ static errcode_t overlay_hold(struct overlay *ov, blk64_t blk, char **ret)
 	return 0;
 }
 
-static errcode_t overlay_write(struct overlay *ov, const char *buf,
-			       uint64_t off, uint64_t len)
+static errcode_t overlay_write(void *priv, const void *data, uint64_t off,
+			       uint64_t len)
 {
+	struct overlay *ov = priv;
+	const char *buf = data;
 	uint64_t pos = off, end = off + len;
 
 	while (pos < end) {
@@ -149,16 +150,10 @@ static errcode_t overlay_write(struct overlay *ov, const char *buf,
 
 static void overlay_free(struct overlay *ov)
 {
-	struct overlay **pp;
 	size_t i;
 
 	if (!ov)
 		return;
-	for (pp = &overlay_registry; *pp; pp = &(*pp)->next)
-		if (*pp == ov) {
-			*pp = ov->next;
-			break;
-		}
 	for (i = 0; i < ov->nbufs; i++)
 		free(ov->bufs[i]);
 	free(ov->bufs);
@@ -168,122 +163,19 @@ static void overlay_free(struct overlay *ov)
 
 static struct overlay *overlay_new(io_channel lower, unsigned unit)
 {
-	static unsigned long seq;
 	struct overlay *ov = calloc(1, sizeof(*ov));
 
 	if (!ov)
 		return NULL;
-	snprintf(ov->name, sizeof(ov->name), "nextfs-overlay:%lu", ++seq);
 	ov->lower = lower;
 	ov->unit = unit;
-	ov->next = overlay_registry;
-	overlay_registry = ov;
 	return ov;
 }
 
-static errcode_t ovm_open(const char *name, int flags, io_channel *ret)
-{
-	struct overlay *ov;
-	io_channel chan;
-
-	for (ov = overlay_registry; ov; ov = ov->next)
-		if (!strcmp(ov->name, name))
-			break;
-	if (!ov)
-		return EXT2_ET_BAD_DEVICE_NAME;
-	chan = calloc(1, sizeof(*chan));
-	if (!chan || !(chan->name = strdup(name))) {
-		free(chan);
-		return EXT2_ET_NO_MEMORY;
-	}
-	chan->magic = EXT2_ET_MAGIC_IO_CHANNEL;
-	chan->manager = &overlay_manager;
-	chan->block_size = 1024;
-	chan->refcount = 1;
-	chan->private_data = ov;
-	*ret = chan;
-	return 0;
-}
-
-static errcode_t ovm_close(io_channel chan)
-{
-	if (--chan->refcount > 0)
-		return 0;
-	free(chan->name);
-	free(chan);
-	return 0;
-}
-
-static errcode_t ovm_set_blksize(io_channel chan, int blksize)
-{
-	chan->block_size = blksize;
-	return 0;
-}
-
-static uint64_t ovm_len(io_channel chan, int count)
-{
-	return count < 0 ? (uint64_t)-count :
-	       (uint64_t)count * chan->block_size;
-}
-
-static errcode_t ovm_read_blk64(io_channel chan, unsigned long long block,
-				int count, void *data)
-{
-	return overlay_read(chan->private_data, data,
-			    block * (uint64_t)chan->block_size,
-			    ovm_len(chan, count));
-}
-
-static errcode_t ovm_read_blk(io_channel chan, unsigned long block, int count,
-			      void *data)
-{
-	return ovm_read_blk64(chan, block, count, data);
-}
-
-static errcode_t ovm_write_blk64(io_channel chan, unsigned long long block,
-				 int count, const void *data)
-{
-	return overlay_write(chan->private_data, data,
-			     block * (uint64_t)chan->block_size,
-			     ovm_len(chan, count));
-}
-
-static errcode_t ovm_write_blk(io_channel chan, unsigned long block, int count,
-			       const void *data)
-{
-	return ovm_write_blk64(chan, block, count, data);
-}
-
-static errcode_t ovm_write_byte(io_channel chan, unsigned long offset,
-				int size, const void *data)
-{
-	return overlay_write(chan->private_data, data, offset, size);
-}
-
-static errcode_t ovm_flush(io_channel chan)
-{
-	return 0;
-}
-
-static errcode_t ovm_set_option(io_channel chan, const char *option,
-				const char *arg)
-{
-	return EXT2_ET_INVALID_ARGUMENT;
-}
-
-static struct struct_io_manager overlay_manager = {
-	.magic = EXT2_ET_MAGIC_IO_MANAGER,
-	.name = "nextfs export overlay",
-	.open = ovm_open,
-	.close = ovm_close,
-	.set_blksize = ovm_set_blksize,
-	.read_blk = ovm_read_blk,
-	.write_blk = ovm_write_blk,
-	.flush = ovm_flush,
-	.write_byte = ovm_write_byte,
-	.set_option = ovm_set_option,
-	.read_blk64 = ovm_read_blk64,
-	.write_blk64 = ovm_write_blk64,
+/* The device under the exported file system (bytechan.h). */
+static const struct nx_bytechan_ops overlay_ops = {
+	.read = overlay_read,
+	.write = overlay_write,
 };
 
 /* ------------------------------------------------------------------ */
@@ -690,9 +582,9 @@ errcode_t nx_imgsrc_open_export(struct nx_volume *vol, const char *name,
 		err = EXT2_ET_NO_MEMORY;
 		goto fail;
 	}
-	err = ext2fs_open2(src->ov->name, NULL, EXT2_FLAG_RW |
-			   EXT2_FLAG_64BITS | EXT2_FLAG_FORCE |
-			   EXT2_FLAG_SKIP_MMP, 0, 0, &overlay_manager, &efs);
+	err = nx_bytechan_open_fs(&overlay_ops, src->ov, EXT2_FLAG_RW |
+				  EXT2_FLAG_64BITS | EXT2_FLAG_FORCE |
+				  EXT2_FLAG_SKIP_MMP, &efs);
 	if (!err) {
 		/* Same snapshot, same bytes: times come from the take. */
 		efs->now = info.taken.tv_sec;

@@ -13,20 +13,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include "nextfs/blkio.h"
+#include "nextfs/bytechan.h"
 #include "nextfs/file.h"
 #include "snap_internal.h"
 
 struct view_ctx {
 	struct nx_snapstore *store;
 	ext2_ino_t snap_ino;		/* which snapshot (index looked up per read) */
-	char name[64];
-	struct view_ctx *next;		/* registry of open views */
 };
-
-static struct struct_io_manager view_manager;
-
-/* io_manager open() gets only a name: views register themselves here. */
-static struct view_ctx *view_registry;
 
 /*
  * Physical block that holds N as snapshot IDX saw it.  Called with the
@@ -62,11 +56,6 @@ errcode_t nx_snap_resolve(struct nx_snapstore *store, int idx, blk64_t n,
 		}
 	}
 	return 0;
-}
-
-static struct view_ctx *chan_view(io_channel channel)
-{
-	return channel->private_data;
 }
 
 /* Mark a superblock read through a view as a snapshot image. */
@@ -284,125 +273,19 @@ static errcode_t view_bytes(struct view_ctx *v, char *buf, uint64_t off,
 	return 0;
 }
 
-static errcode_t view_read_bytes(struct view_ctx *v, char *buf, uint64_t off,
+/* The device under a view's libext2fs filesystem (bytechan.h). */
+static errcode_t view_read_bytes(void *priv, void *buf, uint64_t off,
 				 uint64_t len)
 {
-	return view_bytes(v, buf, off, len, NULL);
+	return view_bytes(priv, buf, off, len, NULL);
 }
 
-static errcode_t view_open(const char *name, int flags, io_channel *ret)
-{
-	struct view_ctx *v;
-	io_channel chan;
-
-	if (flags & IO_FLAG_RW)
-		return EROFS;
-	for (v = view_registry; v; v = v->next)
-		if (!strcmp(v->name, name))
-			break;
-	if (!v)
-		return EXT2_ET_BAD_DEVICE_NAME;
-	chan = calloc(1, sizeof(*chan));
-	if (!chan)
-		return EXT2_ET_NO_MEMORY;
-	chan->name = strdup(name);
-	if (!chan->name) {
-		free(chan);
-		return EXT2_ET_NO_MEMORY;
-	}
-	chan->magic = EXT2_ET_MAGIC_IO_CHANNEL;
-	chan->manager = &view_manager;
-	chan->block_size = 1024;
-	chan->refcount = 1;
-	chan->private_data = v;
-	*ret = chan;
-	return 0;
-}
-
-static errcode_t view_close(io_channel channel)
-{
-	if (--channel->refcount > 0)
-		return 0;
-	free(channel->name);
-	free(channel);
-	return 0;
-}
-
-static errcode_t view_set_blksize(io_channel channel, int blksize)
-{
-	channel->block_size = blksize;
-	return 0;
-}
-
-static errcode_t view_read_blk64(io_channel channel, unsigned long long block,
-				 int count, void *data)
-{
-	uint64_t len = count < 0 ? (uint64_t)-count :
-		       (uint64_t)count * channel->block_size;
-
-	return view_read_bytes(chan_view(channel), data,
-			       block * (uint64_t)channel->block_size, len);
-}
-
-static errcode_t view_read_blk(io_channel channel, unsigned long block,
-			       int count, void *data)
-{
-	return view_read_blk64(channel, block, count, data);
-}
-
-static errcode_t view_write_blk64(io_channel channel, unsigned long long block,
-				  int count, const void *data)
-{
-	return EROFS;
-}
-
-static errcode_t view_write_blk(io_channel channel, unsigned long block,
-				int count, const void *data)
-{
-	return EROFS;
-}
-
-static errcode_t view_flush(io_channel channel)
-{
-	return 0;
-}
-
-static errcode_t view_set_option(io_channel channel, const char *option,
-				 const char *arg)
-{
-	return EXT2_ET_INVALID_ARGUMENT;
-}
-
-static struct struct_io_manager view_manager = {
-	.magic = EXT2_ET_MAGIC_IO_MANAGER,
-	.name = "nextfs snapshot view",
-	.open = view_open,
-	.close = view_close,
-	.set_blksize = view_set_blksize,
-	.read_blk = view_read_blk,
-	.write_blk = view_write_blk,
-	.flush = view_flush,
-	.set_option = view_set_option,
-	.read_blk64 = view_read_blk64,
-	.write_blk64 = view_write_blk64,
-};
-
-static void unregister_view(struct view_ctx *v)
-{
-	struct view_ctx **pp;
-
-	for (pp = &view_registry; *pp; pp = &(*pp)->next)
-		if (*pp == v) {
-			*pp = v->next;
-			break;
-		}
-}
+static const struct nx_bytechan_ops view_ops = { .read = view_read_bytes };
 
 /* Open snapshot SNAP_INO as a read-only libext2fs filesystem. */
 static errcode_t open_view_fs(struct nx_snapstore *store, ext2_ino_t snap_ino,
 			      ext2_filsys *ret, struct view_ctx **ctx)
 {
-	static unsigned long seq;
 	struct view_ctx *v;
 	errcode_t err;
 
@@ -411,13 +294,9 @@ static errcode_t open_view_fs(struct nx_snapstore *store, ext2_ino_t snap_ino,
 		return EXT2_ET_NO_MEMORY;
 	v->store = store;
 	v->snap_ino = snap_ino;
-	snprintf(v->name, sizeof(v->name), "nextfs-view:%lu", ++seq);
-	v->next = view_registry;
-	view_registry = v;
-	err = ext2fs_open2(v->name, NULL, EXT2_FLAG_64BITS | EXT2_FLAG_SKIP_MMP,
-			   0, 0, &view_manager, ret);
+	err = nx_bytechan_open_fs(&view_ops, v, EXT2_FLAG_64BITS |
+				  EXT2_FLAG_SKIP_MMP, ret);
 	if (err) {
-		unregister_view(v);
 		free(v);
 		return err;
 	}
@@ -428,7 +307,6 @@ static errcode_t open_view_fs(struct nx_snapstore *store, ext2_ino_t snap_ino,
 static void close_view_fs(ext2_filsys fs, struct view_ctx *v)
 {
 	ext2fs_close_free(&fs);
-	unregister_view(v);
 	free(v);
 }
 

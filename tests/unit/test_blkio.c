@@ -1,4 +1,7 @@
-/* test_blkio.c - the block I/O layer: write hook and write batching. */
+/*
+ * test_blkio.c - the block I/O layer: write hook, write batching, the
+ * page cache hints, and byte channels (bytechan.h).
+ */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
@@ -8,6 +11,7 @@
 #include <sys/vfs.h>
 #include "fixture.h"
 #include "nextfs/blkio.h"
+#include "nextfs/bytechan.h"
 
 #define BS 1024
 
@@ -284,6 +288,119 @@ START_TEST(test_large_reads_bypass_page_cache_and_see_writes)
 }
 END_TEST
 
+/* A device in memory for nx_bytechan_open_fs(). */
+struct memdev {
+	char *buf;
+	uint64_t size;
+	unsigned writes;
+};
+
+static errcode_t mem_read(void *priv, void *buf, uint64_t off, uint64_t len)
+{
+	struct memdev *d = priv;
+
+	if (off > d->size || len > d->size - off)
+		return EXT2_ET_SHORT_READ;
+	memcpy(buf, d->buf + off, len);
+	return 0;
+}
+
+static errcode_t mem_write(void *priv, const void *buf, uint64_t off,
+			   uint64_t len)
+{
+	struct memdev *d = priv;
+
+	if (off > d->size || len > d->size - off)
+		return EXT2_ET_SHORT_WRITE;
+	memcpy(d->buf + off, buf, len);
+	d->writes++;
+	return 0;
+}
+
+static void slurp(const char *path, struct memdev *d)
+{
+	int fd = open(path, O_RDONLY);
+	ssize_t n;
+
+	ck_assert_int_ge(fd, 0);
+	d->size = (uint64_t)lseek(fd, 0, SEEK_END);
+	d->buf = malloc(d->size);
+	ck_assert_ptr_nonnull(d->buf);
+	n = pread(fd, d->buf, d->size, 0);
+	ck_assert_int_eq(n, (ssize_t)d->size);
+	close(fd);
+	d->writes = 0;
+}
+
+static void spill(const char *path, const struct memdev *d)
+{
+	int fd = open(path, O_WRONLY | O_TRUNC);
+
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(pwrite(fd, d->buf, d->size, 0), (ssize_t)d->size);
+	close(fd);
+}
+
+/*
+ * Snapshot views and export open libext2fs on byte callbacks: a device
+ * without a write callback must refuse to be opened for writing (a view
+ * must never change), reads must serve every block size, and with one
+ * every write libext2fs makes must land in the callback and nowhere else.
+ */
+START_TEST(test_bytechan_serves_file_system_from_callbacks)
+{
+	const struct nx_bytechan_ops ro = { .read = mem_read };
+	const struct nx_bytechan_ops rw = { .read = mem_read,
+					    .write = mem_write };
+	char path[256], copy[256];
+	struct memdev dev;
+	ext2_filsys fs;
+	ext2_ino_t ino;
+	blk64_t blocks;
+
+	nxt_mkfs(path, nxt_flavours[_i], 16);
+	slurp(path, &dev);
+
+	ck_assert_int_eq(nx_bytechan_open_fs(&ro, &dev, EXT2_FLAG_64BITS,
+					     &fs), 0);
+	blocks = ext2fs_blocks_count(fs->super);
+	ck_assert_uint_eq(blocks * fs->blocksize, dev.size);
+	ck_assert_int_eq(ext2fs_lookup(fs, EXT2_ROOT_INO, "lost+found", 10,
+				       NULL, &ino), 0);
+	ck_assert_int_eq(ext2fs_close_free(&fs), 0);
+	ck_assert_int_eq(nx_bytechan_open_fs(&ro, &dev, EXT2_FLAG_64BITS |
+					     EXT2_FLAG_RW, &fs), EROFS);
+	ck_assert_uint_eq(dev.writes, 0);
+
+	ck_assert_int_eq(nx_bytechan_open_fs(&rw, &dev, EXT2_FLAG_64BITS |
+					     EXT2_FLAG_RW, &fs), 0);
+	ck_assert_int_eq(ext2fs_read_bitmaps(fs), 0);
+	ck_assert_int_eq(ext2fs_mkdir(fs, EXT2_ROOT_INO, 0, "in-memory"), 0);
+	ck_assert_int_eq(ext2fs_close_free(&fs), 0);
+	ck_assert_uint_gt(dev.writes, 0);
+
+	/* The file on disk never saw it; a copy of the memory has it. */
+	ck_assert_int_eq(ext2fs_open(path, EXT2_FLAG_64BITS, 0, 0,
+				     unix_io_manager, &fs), 0);
+	ck_assert_int_ne(ext2fs_lookup(fs, EXT2_ROOT_INO, "in-memory", 9,
+				       NULL, &ino), 0);
+	ext2fs_close_free(&fs);
+	strcpy(copy, path);
+	strcat(copy, ".mem");
+	ck_assert_int_eq(nxt_copy_image(path, copy), 0);
+	spill(copy, &dev);
+	ck_assert_int_eq(ext2fs_open(copy, EXT2_FLAG_64BITS, 0, 0,
+				     unix_io_manager, &fs), 0);
+	ck_assert_int_eq(ext2fs_lookup(fs, EXT2_ROOT_INO, "in-memory", 9,
+				       NULL, &ino), 0);
+	ext2fs_close_free(&fs);
+	ck_assert_int_eq(nxt_fsck(copy), 0);
+	nxt_unlink(copy);
+	nxt_unlink(path);
+	free(dev.buf);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("blkio");
@@ -296,6 +413,8 @@ int main(void)
 	tcase_add_test(tc, test_batch_keeps_order_with_larger_writes);
 	tcase_add_test(tc, test_streamed_data_dropped_behind_window);
 	tcase_add_test(tc, test_large_reads_bypass_page_cache_and_see_writes);
+	tcase_add_loop_test(tc, test_bytechan_serves_file_system_from_callbacks,
+			    0, NXT_NFLAVOURS);
 	suite_add_tcase(s, tc);
 	sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);
