@@ -219,26 +219,49 @@ static errcode_t write_jsb(struct nx_journal *j, uint32_t start)
 	return write_jblock(j, 0, j->buf);
 }
 
-/* Map every journal block to its device block once. */
-static errcode_t map_journal(ext2_filsys fs, ext2_ino_t ino,
-			     struct ext2_inode *inode, struct nx_journal *j,
-			     uint32_t nblocks)
+struct jmap_ctx {
+	blk64_t *phys;
+	uint32_t nblocks;
+};
+
+static int jmap_block(ext2_filsys fs, blk64_t *blocknr, e2_blkcnt_t blockcnt,
+		      blk64_t ref_blk, int ref_offset, void *priv)
 {
+	struct jmap_ctx *c = priv;
+
+	if (blockcnt >= 0 && (uint64_t)blockcnt < c->nblocks)
+		c->phys[blockcnt] = *blocknr;
+	return 0;
+}
+
+/*
+ * Map every journal block to its device block once, in one pass over the
+ * inode's extents or indirect blocks (ext2fs_bmap2() per block would walk
+ * the tree, and re-verify its leaf's checksum, for each of up to 2^18
+ * blocks).  A hole would send log writes to block 0: refused.
+ */
+static errcode_t map_journal(ext2_filsys fs, ext2_ino_t ino,
+			     struct nx_journal *j, uint32_t nblocks)
+{
+	struct jmap_ctx c;
 	uint32_t i;
 	errcode_t err;
 
 	j->phys = calloc(nblocks, sizeof(*j->phys));
 	if (!j->phys)
 		return EXT2_ET_NO_MEMORY;
-	for (i = 0; i < nblocks; i++) {
-		err = ext2fs_bmap2(fs, ino, inode, NULL, 0, i, NULL,
-				   &j->phys[i]);
-		if (err)
-			return err;
-		if (j->phys[i] < fs->super->s_first_data_block ||
+	c.phys = j->phys;
+	c.nblocks = nblocks;
+	err = ext2fs_block_iterate3(fs, ino, BLOCK_FLAG_READ_ONLY |
+				    BLOCK_FLAG_DATA_ONLY, NULL, jmap_block,
+				    &c);
+	if (err)
+		return err;
+	for (i = 0; i < nblocks; i++)
+		if (!j->phys[i] ||
+		    j->phys[i] < fs->super->s_first_data_block ||
 		    j->phys[i] >= ext2fs_blocks_count(fs->super))
 			return EXT2_ET_BAD_BLOCK_NUM;
-	}
 	return 0;
 }
 
@@ -374,7 +397,7 @@ errcode_t nx_journal_load(ext2_filsys fs, struct nx_blkio *io,
 		err = EXT2_ET_JOURNAL_TOO_SMALL;
 		goto fail_msg;
 	}
-	err = map_journal(fs, sb->s_journal_inum, &inode, j, (uint32_t)size);
+	err = map_journal(fs, sb->s_journal_inum, j, (uint32_t)size);
 	if (err)
 		goto fail_msg;
 	err = read_jblock(j, 0, j->buf);

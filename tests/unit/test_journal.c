@@ -16,6 +16,8 @@
  *    leaves the log empty, and e2fsck -fn is clean.
  *  - orphans: a file unlinked while in use and committed is freed after
  *    a crash by the next open (and by e2fsck).
+ *  - a journal inode with a hole in its block map is refused at open,
+ *    before anything is written (a log write would land on block 0).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -400,6 +402,47 @@ START_TEST(test_orphan_freed_after_crash)
 }
 END_TEST
 
+static uint64_t file_hash(const char *path)
+{
+	char buf[65536];
+	uint64_t h = NXT_FNV_INIT;
+	size_t n;
+	FILE *f = fopen(path, "rb");
+
+	ck_assert_ptr_nonnull(f);
+	while ((n = fread(buf, 1, sizeof(buf), f)) > 0)
+		h = nxt_fnv(h, buf, n);
+	fclose(f);
+	return h;
+}
+
+/*
+ * A journal whose block map has a hole (debugfs punches one) cannot be
+ * used: mapping the hole would send log writes to block 0, over the
+ * superblock.  A read-write open refuses it with a message naming the
+ * journal and writes nothing.
+ */
+START_TEST(test_journal_with_hole_refused)
+{
+	char base[200], cmd[512], msg[256] = "";
+	struct nx_volume *vol = NULL;
+	uint64_t before;
+	errcode_t err;
+
+	make_base(base, jflavours[_i]);
+	snprintf(cmd, sizeof(cmd), "debugfs -w -R 'punch <8> 100 100' %s "
+		 ">/dev/null 2>&1", base);
+	ck_assert_int_eq(system(cmd), 0);
+	before = file_hash(base);
+	err = nx_volume_open(base, 0, &vol, msg, sizeof(msg));
+	ck_assert_int_ne(err, 0);
+	ck_assert_ptr_null(vol);
+	ck_assert_msg(strstr(msg, "journal") != NULL, "message: %s", msg);
+	ck_assert_msg(file_hash(base) == before, "the refused open wrote");
+	nxt_unlink(base);
+}
+END_TEST
+
 static Suite *journal_suite(void)
 {
 	Suite *s = suite_create("journal");
@@ -411,6 +454,7 @@ static Suite *journal_suite(void)
 	tcase_add_loop_test(tc, test_escaped_block_survives_replay, 0,
 			    NJFLAVOURS);
 	tcase_add_loop_test(tc, test_nextfs_replays_debugfs, 0, NJFLAVOURS);
+	tcase_add_loop_test(tc, test_journal_with_hole_refused, 0, NJFLAVOURS);
 	tcase_add_loop_test(tc, test_orphan_freed_after_crash, 0,
 			    NXT_NFLAVOURS);
 	suite_add_tcase(s, tc);
