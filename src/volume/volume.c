@@ -20,6 +20,7 @@
 #include <et/com_err.h>
 #include "nextfs/volume.h"
 #include "nextfs/blkio.h"
+#include "nextfs/crc32c.h"
 #include "nextfs/meta.h"
 #include "nextfs/snapshot.h"
 #include "nextfs/txn.h"
@@ -370,6 +371,7 @@ errcode_t nx_volume_open(const char *device, int flags,
 
 	nx_set_msg(msg, msglen, "%s", "");
 	initialize_ext2_error_table();
+	nx_crc32c_init();	/* before libext2fs checksums anything */
 	vol = calloc(1, sizeof(*vol));
 	if (!vol)
 		return EXT2_ET_NO_MEMORY;
