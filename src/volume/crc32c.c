@@ -63,7 +63,15 @@ nx_crc32c_fn nx_crc32c_libext2fs(void)
 {
 	nx_crc32c_fn fn = (nx_crc32c_fn)dlsym(RTLD_NEXT, "ext2fs_crc32c_le");
 
-	/* Not ourselves: that would recurse. */
+	if (!fn || fn == ext2fs_crc32c_le) {
+		/* Not found after us: ask the loaded library itself. */
+		void *lib = dlopen("libext2fs.so.2", RTLD_LAZY | RTLD_NOLOAD);
+
+		fn = lib ? (nx_crc32c_fn)dlsym(lib, "ext2fs_crc32c_le") : NULL;
+		if (lib)
+			dlclose(lib);
+	}
+	/* Never ourselves: that would recurse. */
 	return fn == ext2fs_crc32c_le ? NULL : fn;
 }
 

@@ -29,25 +29,33 @@ END_TEST
 
 /*
  * Every implementation against libext2fs's own, for every length up to
- * 80, every misalignment up to 7 and longer random buffers, with seeds
- * 0, ~0 and random ones (checksums chain: seed = previous result).
+ * 80, around the block sizes checksummed most (1 KiB, 4 KiB) and random
+ * ones, at every misalignment up to 7, with seeds 0, ~0 and random ones
+ * (checksums chain: seed = previous result).
  */
 START_TEST(test_implementations_match_libext2fs)
 {
 	nx_crc32c_fn ref = nx_crc32c_libext2fs(), hw = nx_crc32c_hardware();
 	unsigned char *buf = malloc(9000 + 8);
 	size_t len, off, i;
+	static const size_t edges[] = { 1023, 1024, 1025, 4095, 4096, 4097,
+					8192 };
 	int round;
 
 	ck_assert_ptr_nonnull(ref);
 	ck_assert_ptr_nonnull(buf);
 	for (i = 0; i < 9008; i++)
 		buf[i] = (unsigned char)rnd();
-	for (round = 0; round < 600; round++) {
+	for (round = 0; round < 800; round++) {
 		__u32 seed = round % 3 == 0 ? 0 : round % 3 == 1 ? ~0U : rnd();
 		__u32 want;
 
-		len = round < 81 ? (size_t)round : rnd() % 9000;
+		if (round < 81)
+			len = (size_t)round;
+		else if (round < 81 + 8 * 7)
+			len = edges[(round - 81) / 8];
+		else
+			len = rnd() % 9000;
 		off = (size_t)round % 8;
 		want = ref(seed, buf + off, len);
 		ck_assert_uint_eq(ext2fs_crc32c_le(seed, buf + off, len), want);
