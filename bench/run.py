@@ -141,6 +141,14 @@ def build_info(build):
         pass
     info['git'] = tool_version(['git', '-C', SRCROOT, 'describe', '--always',
                                 '--dirty'])
+    # nextfs-fuse -V: its libfuse and libext2fs, and which crc32c it runs
+    try:
+        p = subprocess.run([os.path.join(build, 'src', 'cli', 'nextfs-fuse'),
+                            '-V'], stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True, timeout=10)
+        info['version'] = '; '.join(p.stdout.strip().splitlines())
+    except (OSError, subprocess.SubprocessError):
+        info['version'] = None
     return info
 
 

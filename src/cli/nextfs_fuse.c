@@ -18,6 +18,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <fuse_opt.h>
+#include "nextfs/crc32c.h"
 
 #define PROG "nextfs-fuse"
 
@@ -94,6 +95,7 @@ static void version(void)
 	printf(PROG " " NEXTFS_VERSION "\n");
 	printf("libfuse %s, libext2fs %s (%s)\n", fuse_pkgversion(),
 	       e2ver ? e2ver : "?", e2date ? e2date : "?");
+	printf("metadata checksums: crc32c %s\n", nx_crc32c_name());
 }
 
 static int positional(struct cli *c, const char *arg)
