@@ -251,3 +251,14 @@ uint64_t nxt_fnv(uint64_t h, const void *p, size_t n)
 		h = (h ^ *c++) * 1099511628211ULL;
 	return h;
 }
+
+int nxt_run_suite(Suite *s)
+{
+	SRunner *sr = srunner_create(s);
+	int failed;
+
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? 1 : 0;
+}

@@ -32,6 +32,9 @@ int nxt_fsck(const char *path);
 /* Remove the image. */
 void nxt_unlink(const char *path);
 
+/* main() of every unit test: run S (CK_NORMAL), exit status 0 or 1. */
+int nxt_run_suite(Suite *s);
+
 /* Credentials of root and of an ordinary user (uid/gid 1000). */
 void nxt_root_cred(struct nx_cred *c);
 void nxt_user_cred(struct nx_cred *c, uid_t uid, gid_t gid);

@@ -405,8 +405,6 @@ int main(void)
 {
 	Suite *s = suite_create("blkio");
 	TCase *tc = tcase_create("core");
-	SRunner *sr;
-	int failed;
 
 	tcase_add_test(tc, test_hook_sees_old_content_before_every_write);
 	tcase_add_test(tc, test_batch_holds_repeated_writes_and_reads_see_them);
@@ -416,9 +414,5 @@ int main(void)
 	tcase_add_loop_test(tc, test_bytechan_serves_file_system_from_callbacks,
 			    0, NXT_NFLAVOURS);
 	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? 1 : 0;
+	return nxt_run_suite(s);
 }

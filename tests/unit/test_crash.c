@@ -1407,15 +1407,9 @@ int main(void)
 {
 	Suite *s = suite_create("crash");
 	TCase *tc = tcase_create("sweep");
-	SRunner *sr;
-	int failed;
 
 	tcase_set_timeout(tc, 600);
 	tcase_add_loop_test(tc, test_crash_sweep, 0, 2 * NXT_NFLAVOURS);
 	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? 1 : 0;
+	return nxt_run_suite(s);
 }

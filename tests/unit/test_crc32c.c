@@ -120,17 +120,11 @@ int main(void)
 {
 	Suite *s = suite_create("crc32c");
 	TCase *tc = tcase_create("core");
-	SRunner *sr;
-	int failed;
 
 	tcase_add_test(tc, test_known_answer);
 	tcase_add_test(tc, test_implementations_match_libext2fs);
 	tcase_add_test(tc, test_libext2fs_checksums_through_us);
 	tcase_add_test(tc, test_hardware_chosen_when_present);
 	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? 1 : 0;
+	return nxt_run_suite(s);
 }

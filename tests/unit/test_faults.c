@@ -722,8 +722,6 @@ int main(void)
 	Suite *s = suite_create("faults");
 	TCase *tc = tcase_create("parse");
 	TCase *io = tcase_create("io");
-	SRunner *sr;
-	int failed;
 
 	tcase_add_test(tc, test_parse_good);
 	tcase_add_loop_test(tc, test_parse_bad, 0,
@@ -734,9 +732,5 @@ int main(void)
 	tcase_add_loop_test(io, test_read_eio_one_file, 0, NXT_NFLAVOURS);
 	tcase_add_loop_test(io, test_cut_errors, 0, 2 * NXT_NFLAVOURS);
 	suite_add_tcase(s, io);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? 1 : 0;
+	return nxt_run_suite(s);
 }

@@ -1185,11 +1185,5 @@ static Suite *file_suite(void)
 
 int main(void)
 {
-	SRunner *sr = srunner_create(file_suite());
-	int failed;
-
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return nxt_run_suite(file_suite());
 }

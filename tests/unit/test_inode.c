@@ -288,11 +288,5 @@ Suite *inode_suite(void)
 
 int main(void)
 {
-	SRunner *sr = srunner_create(inode_suite());
-	int failed;
-
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? 1 : 0;
+	return nxt_run_suite(inode_suite());
 }

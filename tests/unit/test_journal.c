@@ -463,11 +463,5 @@ static Suite *journal_suite(void)
 
 int main(void)
 {
-	SRunner *sr = srunner_create(journal_suite());
-	int failed;
-
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return nxt_run_suite(journal_suite());
 }

@@ -509,8 +509,6 @@ int main(void)
 {
 	Suite *s = suite_create("meta");
 	TCase *tc = tcase_create("write-back");
-	SRunner *sr;
-	int failed;
 
 	tcase_set_timeout(tc, 300);
 	tcase_add_loop_test(tc, test_alloc_free_in_many_groups, 0,
@@ -527,9 +525,5 @@ int main(void)
 	tcase_add_loop_test(tc, test_dirty_all_and_read_only, 0,
 			    NXT_NFLAVOURS);
 	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? 1 : 0;
+	return nxt_run_suite(s);
 }

@@ -77,16 +77,10 @@ int main(void)
 {
 	Suite *s = suite_create("perm");
 	TCase *tc = tcase_create("core");
-	SRunner *sr;
-	int failed;
 
 	tcase_add_test(tc, test_mode_bits_pick_one_class);
 	tcase_add_test(tc, test_root_override);
 	tcase_add_test(tc, test_sticky_directory);
 	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? 1 : 0;
+	return nxt_run_suite(s);
 }

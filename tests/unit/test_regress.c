@@ -167,11 +167,5 @@ static Suite *regress_suite(void)
 
 int main(void)
 {
-	SRunner *sr = srunner_create(regress_suite());
-	int failed;
-
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return nxt_run_suite(regress_suite());
 }

@@ -442,11 +442,5 @@ Suite *rename_suite(void)
 
 int main(void)
 {
-	SRunner *sr = srunner_create(rename_suite());
-	int failed;
-
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? 1 : 0;
+	return nxt_run_suite(rename_suite());
 }

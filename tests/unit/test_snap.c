@@ -265,8 +265,6 @@ int main(void)
 {
 	Suite *s = suite_create("snapshot");
 	TCase *tc = tcase_create("engine");
-	SRunner *sr;
-	int failed;
 
 	tcase_set_timeout(tc, 120);
 	tcase_add_loop_test(tc, test_snapshot_preserves_overwrite_and_delete,
@@ -276,9 +274,5 @@ int main(void)
 	tcase_add_loop_test(tc, test_delete_snapshot_holding_last_block, 0,
 			    NXT_NFLAVOURS);
 	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? 1 : 0;
+	return nxt_run_suite(s);
 }

@@ -878,8 +878,6 @@ int main(void)
 {
 	Suite *s = suite_create("snaptool");
 	TCase *tc = tcase_create("tools");
-	SRunner *sr;
-	int failed;
 
 	tcase_set_timeout(tc, 120);
 	tcase_add_loop_test(tc, test_check_clean, 0, NXT_NFLAVOURS);
@@ -899,9 +897,5 @@ int main(void)
 	tcase_add_loop_test(tc, test_restore_guard_preserves, 0,
 			    NXT_NFLAVOURS);
 	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? 1 : 0;
+	return nxt_run_suite(s);
 }
