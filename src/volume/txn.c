@@ -37,6 +37,7 @@ struct nx_txn {
 	struct nx_journal *journal;	/* NULL: ext2, ordered writes only */
 	ext2fs_block_bitmap deferred;	/* freed since the last commit */
 	blk64_t ndeferred;
+	ext2fs_block_bitmap fresh;	/* allocated since it, unreferenced */
 	struct timespec started;	/* first change since the last commit */
 	int dirty;
 	errcode_t error;		/* the volume failed (fail_volume) */
@@ -74,11 +75,15 @@ static void track_block(struct nx_txn *t, ext2_filsys fs, blk64_t blk,
 		return;
 	if (inuse > 0) {
 		if (t->ndeferred && ext2fs_test_block_bitmap2(t->deferred, blk)) {
+			/* The last commit still gives it to its old owner. */
 			ext2fs_unmark_block_bitmap2(t->deferred, blk);
 			t->ndeferred--;
+		} else {
+			ext2fs_mark_block_bitmap2(t->fresh, blk);
 		}
 		return;
 	}
+	ext2fs_unmark_block_bitmap2(t->fresh, blk);
 	if (t->ndeferred >= ext2fs_free_blocks_count(fs->super) / 2)
 		return;
 	if (ext2fs_test_block_bitmap2(t->deferred, blk))
@@ -231,6 +236,8 @@ errcode_t nx_txn_start(struct nx_volume *vol, char *msg, size_t msglen)
 	if (err)
 		goto fail;
 	err = ext2fs_allocate_block_bitmap(fs, "deferred frees", &t->deferred);
+	if (!err)
+		err = ext2fs_allocate_block_bitmap(fs, "new blocks", &t->fresh);
 	if (err)
 		goto fail;
 	vol->txn = t;	/* first: the callbacks find it through the fs */
@@ -242,6 +249,8 @@ errcode_t nx_txn_start(struct nx_volume *vol, char *msg, size_t msglen)
 	nx_blkio_txn_begin(vol->io);
 	return 0;
 fail:
+	if (t->deferred)
+		ext2fs_free_block_bitmap(t->deferred);
 	nx_journal_free(t->journal);
 	free(t);
 	return err;
@@ -253,9 +262,18 @@ static int pick_rank(struct nx_txn *t, uint64_t off, int rank)
 	return nx_snap_block_rank(t->vol, off / t->vol->fs->blocksize) == rank;
 }
 
-static int pick_map_blocks(void *priv, uint64_t off)
+/*
+ * Snapshot map blocks, and blocks allocated since the last commit (new
+ * indirect, extent tree and directory blocks): nothing on the device
+ * points at either yet, so writing them first can only help.
+ */
+static int pick_map_or_fresh(void *priv, uint64_t off)
 {
-	return pick_rank(priv, off, NX_SNAP_RANK_MAP);
+	struct nx_txn *t = priv;
+
+	return ext2fs_test_block_bitmap2(t->fresh,
+					 off / t->vol->fs->blocksize) ||
+	       pick_rank(t, off, NX_SNAP_RANK_MAP);
 }
 
 static int pick_snap_inodes(void *priv, uint64_t off)
@@ -265,9 +283,13 @@ static int pick_snap_inodes(void *priv, uint64_t off)
 
 /*
  * No journal: copies are already on the device; make them durable, then
- * the snapshots' block maps (tree blocks before the inodes that point at
- * them), then everything else.  A crash anywhere leaves every block a
- * snapshot maps either unmapped-and-unchanged or mapped-and-durable.
+ * the snapshots' block maps and the live tree's new blocks (tree blocks
+ * before the inodes that point at them), then the snapshot inodes, then
+ * everything else.  A crash anywhere leaves every block a snapshot maps
+ * either unmapped-and-unchanged or mapped-and-durable, and no inode,
+ * indirect block or extent pointing at a new block that was never
+ * written (e2fsck would read its old content as block pointers or
+ * directory entries).
  */
 static errcode_t write_ordered(struct nx_txn *t)
 {
@@ -276,7 +298,7 @@ static errcode_t write_ordered(struct nx_txn *t)
 
 	err = nx_blkio_sync(io);
 	if (!err)
-		err = nx_blkio_write_held(io, pick_map_blocks, t);
+		err = nx_blkio_write_held(io, pick_map_or_fresh, t);
 	if (!err)
 		err = nx_blkio_sync(io);
 	if (!err)
@@ -360,6 +382,7 @@ errcode_t nx_txn_commit(struct nx_volume *vol)
 	if (err)
 		return fail_volume(t, err);
 	release_deferred(t);
+	ext2fs_clear_block_bitmap(t->fresh);
 	t->dirty = 0;
 	return 0;
 }
@@ -419,6 +442,7 @@ void nx_txn_abort(struct nx_volume *vol)
 						    &dummy_range);
 	nx_journal_free(t->journal);
 	ext2fs_free_block_bitmap(t->deferred);
+	ext2fs_free_block_bitmap(t->fresh);
 	free(t);
 	vol->txn = NULL;
 }
