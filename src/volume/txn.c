@@ -79,6 +79,14 @@ static void track_block(struct nx_txn *t, ext2_filsys fs, blk64_t blk,
 			ext2fs_unmark_block_bitmap2(t->deferred, blk);
 			t->ndeferred--;
 		} else {
+			/*
+			 * Fresh: no committed metadata owns it.  (Except a
+			 * block freed in this same commit while space was
+			 * short, below: not deferred, it looks fresh, and a
+			 * crash may leave the deleted owner, still on disk,
+			 * with its new content - the price of reuse there,
+			 * whichever step writes it.)
+			 */
 			ext2fs_mark_block_bitmap2(t->fresh, blk);
 		}
 		return;
