@@ -1,6 +1,7 @@
 /* fixture.c - see fixture.h */
 #include <errno.h>
 #include <fcntl.h>
+#include <glob.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,13 +25,46 @@ static const char *tool(const char *env, const char *fallback)
 	return p && *p ? p : fallback;
 }
 
-void nxt_mkfs(char *path, const char *mkfs_args, unsigned size_mb)
+/*
+ * Every image is named after the test runner's pid (nxt_run_suite), so
+ * that the runner can remove what a failed test left behind: libcheck
+ * ends a failing test's process with _exit(), before the test's own
+ * cleanup and without atexit handlers.  NEXTFS_KEEP_FAILED keeps them.
+ */
+static pid_t runner_pid;
+
+static const char *tmp_dir(void)
 {
 	const char *tmp = getenv("TMPDIR");
+
+	return tmp && *tmp ? tmp : "/tmp";
+}
+
+static void remove_leftovers(void)
+{
+	const char *keep = getenv("NEXTFS_KEEP_FAILED");
+	char pattern[320];
+	glob_t g;
+	size_t i;
+
+	if (getpid() != runner_pid || (keep && *keep && strcmp(keep, "0")))
+		return;
+	snprintf(pattern, sizeof(pattern), "%s/nxtest-%ld-*", tmp_dir(),
+		 (long)runner_pid);
+	if (glob(pattern, 0, NULL, &g) != 0)
+		return;
+	for (i = 0; i < g.gl_pathc; i++)
+		unlink(g.gl_pathv[i]);
+	globfree(&g);
+}
+
+void nxt_mkfs(char *path, const char *mkfs_args, unsigned size_mb)
+{
 	char cmd[1024];
 	int fd, rc;
 
-	snprintf(path, 256, "%s/nxtest-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+	snprintf(path, 256, "%s/nxtest-%ld-XXXXXX", tmp_dir(),
+		 (long)(runner_pid ? runner_pid : getpid()));
 	fd = mkstemp(path);
 	ck_assert_msg(fd >= 0, "mkstemp failed");
 	ck_assert_int_eq(ftruncate(fd, (off_t)size_mb << 20), 0);
@@ -257,6 +291,8 @@ int nxt_run_suite(Suite *s)
 	SRunner *sr = srunner_create(s);
 	int failed;
 
+	runner_pid = getpid();
+	atexit(remove_leftovers);
 	srunner_run_all(sr, CK_NORMAL);
 	failed = srunner_ntests_failed(sr);
 	srunner_free(sr);

@@ -32,7 +32,12 @@ int nxt_fsck(const char *path);
 /* Remove the image. */
 void nxt_unlink(const char *path);
 
-/* main() of every unit test: run S (CK_NORMAL), exit status 0 or 1. */
+/*
+ * main() of every unit test: run S (CK_NORMAL), exit status 0 or 1.  At
+ * exit it removes every file under $TMPDIR (or /tmp) whose name starts
+ * with one of nxt_mkfs()'s image names - what failed tests leave behind
+ * - unless NEXTFS_KEEP_FAILED is set (and not "0").
+ */
 int nxt_run_suite(Suite *s);
 
 /* Credentials of root and of an ordinary user (uid/gid 1000). */
