@@ -286,6 +286,21 @@ uint64_t nxt_fnv(uint64_t h, const void *p, size_t n)
 	return h;
 }
 
+uint64_t nxt_file_hash(const char *path)
+{
+	uint64_t h = NXT_FNV_INIT;
+	char buf[65536];
+	ssize_t n;
+	int fd = open(path, O_RDONLY);
+
+	ck_assert_int_ge(fd, 0);
+	while ((n = read(fd, buf, sizeof(buf))) > 0)
+		h = nxt_fnv(h, buf, (size_t)n);
+	ck_assert_int_eq(n, 0);
+	close(fd);
+	return h;
+}
+
 int nxt_run_suite(Suite *s)
 {
 	SRunner *sr = srunner_create(s);

@@ -82,4 +82,7 @@ int nxt_fsck_capture(const char *path, const char *opts, char *out,
 void nxt_pattern(char *buf, size_t len, unsigned seed, uint64_t off);
 uint64_t nxt_fnv(uint64_t h, const void *p, size_t n);
 #define NXT_FNV_INIT 1469598103934665603ULL
+
+/* FNV-1a of the whole file at PATH: "nothing changed" checks. */
+uint64_t nxt_file_hash(const char *path);
 #endif

@@ -402,20 +402,6 @@ START_TEST(test_orphan_freed_after_crash)
 }
 END_TEST
 
-static uint64_t file_hash(const char *path)
-{
-	char buf[65536];
-	uint64_t h = NXT_FNV_INIT;
-	size_t n;
-	FILE *f = fopen(path, "rb");
-
-	ck_assert_ptr_nonnull(f);
-	while ((n = fread(buf, 1, sizeof(buf), f)) > 0)
-		h = nxt_fnv(h, buf, n);
-	fclose(f);
-	return h;
-}
-
 /*
  * A journal whose block map has a hole (debugfs punches one) cannot be
  * used: mapping the hole would send log writes to block 0, over the
@@ -433,12 +419,12 @@ START_TEST(test_journal_with_hole_refused)
 	snprintf(cmd, sizeof(cmd), "debugfs -w -R 'punch <8> 100 100' %s "
 		 ">/dev/null 2>&1", base);
 	ck_assert_int_eq(system(cmd), 0);
-	before = file_hash(base);
+	before = nxt_file_hash(base);
 	err = nx_volume_open(base, 0, &vol, msg, sizeof(msg));
 	ck_assert_int_ne(err, 0);
 	ck_assert_ptr_null(vol);
 	ck_assert_msg(strstr(msg, "journal") != NULL, "message: %s", msg);
-	ck_assert_msg(file_hash(base) == before, "the refused open wrote");
+	ck_assert_msg(nxt_file_hash(base) == before, "the refused open wrote");
 	nxt_unlink(base);
 }
 END_TEST

@@ -155,22 +155,6 @@ static uint64_t snap_hash(struct nx_volume *vol, const char *snap,
 	return h;
 }
 
-/* FNV-1a of the whole image file: "nothing changed" checks. */
-static uint64_t image_hash(const char *path)
-{
-	uint64_t h = 1469598103934665603ULL;
-	char buf[65536];
-	ssize_t n, i;
-	int fd = open(path, O_RDONLY);
-
-	ck_assert_int_ge(fd, 0);
-	while ((n = read(fd, buf, sizeof(buf))) > 0)
-		for (i = 0; i < n; i++)
-			h = (h ^ (unsigned char)buf[i]) * 1099511628211ULL;
-	close(fd);
-	return h;
-}
-
 /* Open the image behind the engine's back, to inject corruption. */
 static ext2_filsys raw_open(const char *path)
 {
@@ -346,11 +330,11 @@ START_TEST(test_check_repairs_broken_chain)
 						sizeof(msg)), 0);
 		ck_assert_ptr_nonnull(strstr(msg, "nextfs check"));
 	}
-	before = image_hash(path);
+	before = nxt_file_hash(path);
 	res = check(path, 0, &f);
 	ck_assert_msg(res.errors > 0 && !res.fixed, "%s", f.text);
 	ck_assert_ptr_nonnull(strstr(f.text, "snapshot list"));
-	ck_assert_uint_eq(image_hash(path), before);	/* no repair: no change */
+	ck_assert_uint_eq(nxt_file_hash(path), before);	/* no repair: no change */
 
 	res = check(path, 1, &f);
 	ck_assert_msg(res.errors == 0 && res.fixed > 0, "%s", f.text);
@@ -502,7 +486,7 @@ START_TEST(test_bad_input_changes_nothing)
 					 sizeof(msg)), EBUSY);
 	ck_assert_int_eq(nx_volume_close(vol), 0);
 
-	before = image_hash(path);
+	before = nxt_file_hash(path);
 	ck_assert_int_eq(nx_snap_restore(path, "nope", 0, NULL, &rres, msg,
 					 sizeof(msg)), ENOENT);
 	ck_assert_ptr_nonnull(strstr(msg, "no snapshot named 'nope'"));
@@ -513,7 +497,7 @@ START_TEST(test_bad_input_changes_nothing)
 	ck_assert_int_eq(nx_snap_diff(ro, "nope", NULL, NULL, NULL, NULL, msg,
 				      sizeof(msg)), ENOENT);
 	ck_assert_int_eq(nx_volume_close(ro), 0);
-	ck_assert_uint_eq(image_hash(path), before);
+	ck_assert_uint_eq(nxt_file_hash(path), before);
 
 	/* not a file system at all */
 	snprintf(junk, sizeof(junk), "%s.junk", path);
@@ -705,11 +689,11 @@ START_TEST(test_restore_rolls_back)
 	build_scene(path, &sc);
 
 	/* s1 has a newer snapshot: refused, nothing changes */
-	before = image_hash(path);
+	before = nxt_file_hash(path);
 	ck_assert_int_eq(nx_snap_restore(path, "s1", 0, NULL, &res, msg,
 					 sizeof(msg)), EEXIST);
 	ck_assert_ptr_nonnull(strstr(msg, "'s2'"));
-	ck_assert_uint_eq(image_hash(path), before);
+	ck_assert_uint_eq(nxt_file_hash(path), before);
 
 	/* back to s2: the live tree is s2 again, both snapshots intact */
 	ck_assert_msg(nx_snap_restore(path, "s2", 0, NULL, &res, msg,
