@@ -130,6 +130,21 @@ static errcode_t preserve_by_copy(struct nx_snapstore *store, blk64_t n,
 }
 
 /*
+ * A block of the COW set that the active snapshot still needs is never
+ * free: freeing one moves it into the snapshot instead.  So a write to a
+ * block that is free in the live bitmap preserves nothing.  This matters
+ * beyond saving space: ext2fs_alloc_block() zeroes the block it has
+ * chosen *before* marking it in use, and preserving it then would
+ * allocate the very same block for the copy (two owners, a counter off
+ * by one).  Such a block can be in the COW set without being excluded
+ * once a snapshot that owned it at the take has been deleted.
+ */
+static int block_in_use(ext2_filsys fs, blk64_t blk)
+{
+	return ext2fs_test_block_bitmap2(fs->block_map, blk);
+}
+
+/*
  * blkio write hook: before bytes [off, off+len) are overwritten with DATA,
  * copy every block the active snapshot still needs.  A block whose bytes
  * the write leaves unchanged is not preserved: libext2fs rewrites
@@ -152,7 +167,8 @@ static errcode_t cow_write_hook(void *priv, uint64_t off, uint64_t len,
 		uint64_t from = blk * bs > off ? blk * bs : off;
 		uint64_t to = (blk + 1) * bs < end ? (blk + 1) * bs : end;
 
-		if (!nx_cow_needs_preserve(store, blk))
+		if (!nx_cow_needs_preserve(store, blk) ||
+		    !block_in_use(fs, blk))
 			continue;
 		if (!old) {
 			old = malloc(bs);
@@ -203,8 +219,18 @@ static void note_freed_block(struct nx_snapstore *store, blk64_t blk)
 		(void)record_preserved(store, blk, blk);
 		return;
 	}
-	if (in_fs_range(fs, blk))
+	if (in_fs_range(fs, blk) &&
+	    ext2fs_test_block_bitmap2(store->exclude, blk)) {
+		/*
+		 * A deleted snapshot's block.  Snapshot files were excluded
+		 * at the active's take, so the active never needs it: off
+		 * its COW set too, or whoever reuses the block would have it
+		 * preserved for nothing.
+		 */
 		ext2fs_unmark_block_bitmap2(store->exclude, blk);
+		if (store->cow_map)
+			ext2fs_unmark_block_bitmap2(store->cow_map, blk);
+	}
 }
 
 static void note_allocated_block(struct nx_snapstore *store, blk64_t blk)
