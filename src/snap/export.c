@@ -7,7 +7,8 @@
  * second time as a read-write libext2fs file system on an "overlay"
  * device (bytechan.h) that reads through the view and keeps every write
  * in memory.
- * On that file system the snapshot files and /.snapshots are removed, the
+ * On that file system the snapshot files, /.snapshots and the inodes on
+ * the orphan list (open but unlinked at the take) are removed, the
  * block bitmap is rebuilt from what the remaining inodes own (the snapshot
  * files' own block maps are not trusted: an older snapshot's extent tree
  * is not preserved in a newer snapshot's view), and the snapshot fields
@@ -358,7 +359,7 @@ void nx_imgsrc_close(struct nx_imgsrc *src)
 struct strip {
 	ext2_filsys fs;
 	ext2_ino_t snapdir;
-	ext2_ino_t *drop;		/* snapshot inodes (and snapdir) */
+	ext2_ino_t *drop;		/* snapshot inodes, snapdir, orphans */
 	size_t ndrop, cap;
 };
 
@@ -436,6 +437,48 @@ static errcode_t collect_snapshots(struct strip *st)
 		err = ext2fs_dir_iterate(fs, st->snapdir, 0, NULL, drop_entry,
 					 st);
 	return err;
+}
+
+/*
+ * Inodes on the view's orphan list: files that had lost their last name
+ * but were still open when the snapshot was taken.  Mounting the image
+ * would free them (the kernel's orphan cleanup); a standalone image
+ * leaves them out at once, so that e2fsck -n, which does not process the
+ * list, finds nothing.  An orphan that still has links (a truncate the
+ * kernel had not finished; nextfs never writes those) stops the walk and
+ * stays, as does the rest of a list that does not make sense.
+ */
+static errcode_t collect_orphans(struct strip *st)
+{
+	ext2_filsys fs = st->fs;
+	ext2_ino_t ino = fs->super->s_last_orphan;
+	struct ext2_inode_large inode;
+	errcode_t err;
+	ext2_ino_t hops = 0;
+
+	while (ino >= EXT2_FIRST_INODE(fs->super) &&
+	       ino <= fs->super->s_inodes_count &&
+	       hops++ < fs->super->s_inodes_count) {
+		err = ext2fs_read_inode_full(fs, ino,
+					     (struct ext2_inode *)&inode,
+					     sizeof(inode));
+		if (err)
+			return err;
+		if (inode.i_links_count || is_dropped(st, ino))
+			break;
+		err = add_drop(st, ino);
+		if (err)
+			return err;
+		ino = inode.i_dtime;
+	}
+	if (is_dropped(st, ino))
+		ino = 0;	/* a loop: every inode on it is gone */
+	/* The list now starts where the walk stopped (0: it is empty). */
+	if (fs->super->s_last_orphan != ino) {
+		fs->super->s_last_orphan = ino;
+		ext2fs_mark_super_dirty(fs);
+	}
+	return 0;
 }
 
 /* Owner scan: leave out snapshot files (also ones only the flag names). */
@@ -525,6 +568,8 @@ static errcode_t strip_snapshots(ext2_filsys fs, ext2fs_block_bitmap used)
 	size_t i;
 
 	err = collect_snapshots(&st);
+	if (!err)
+		err = collect_orphans(&st);
 	if (err)
 		goto out;
 	scan.skip = skip_snapshot;
