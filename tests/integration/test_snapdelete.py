@@ -216,6 +216,7 @@ class Runner:
         self.taken = 0
         self.n = 0
         self.log = []               # what happened, for failure messages
+        self.ctx = self.m = None
 
     # -- helpers
 
@@ -224,7 +225,19 @@ class Runner:
         del self.log[:-30]
 
     def fail(self, what):
-        self.case.fail('%s\nlast steps:\n  %s' % (what, '\n  '.join(self.log)))
+        self.case.fail('%s%s\nlast steps:\n  %s' %
+                       (what, self.keep(), '\n  '.join(self.log)))
+
+    def keep(self):
+        """NEXTFS_KEEP_FAILED=1: unmount and keep the image; say where."""
+        if os.environ.get('NEXTFS_KEEP_FAILED') != '1':
+            return ''
+        if self.ctx:
+            self.unmount()
+        kept = tempfile.mktemp(prefix='nextfs-failed-', suffix='.img',
+                               dir=nx.tmp_root())
+        shutil.copyfile(self.img, kept)
+        return ' (image kept as %s)' % kept
 
     def data(self, n):
         return self.rng.randbytes(n)
@@ -499,14 +512,8 @@ class Runner:
         argv = [nx.tool_path(), 'check'] + (['--views'] if views else [])
         p = nx.run(argv + [self.img], check=False)
         if p.returncode != 0:
-            kept = ''
-            if os.environ.get('NEXTFS_KEEP_FAILED') == '1':
-                kept = tempfile.mktemp(prefix='nextfs-failed-',
-                                       suffix='.img', dir=nx.tmp_root())
-                shutil.copyfile(self.img, kept)
-                kept = ' (image kept as %s)' % kept
-            self.fail('nextfs check %s: exit %d%s\n%s' %
-                      (what, p.returncode, kept, nx.tail(p.stdout, 40)))
+            self.fail('nextfs check %s: exit %d\n%s' %
+                      (what, p.returncode, nx.tail(p.stdout, 40)))
 
     # -- the whole run
 
