@@ -547,15 +547,13 @@ errcode_t nx_snap_prepare_overwrite(struct nx_volume *vol, ext2_ino_t ino,
 }
 
 /*
- * Make SNAP the snapshot that receives copy-on-write.  FRESH: it is being
- * taken right now, so the in-memory bitmap (just flushed) is its take-time
- * map; otherwise read that map through the snapshot's own view.
+ * Make SNAP the snapshot that receives copy-on-write.  TAKE_MAP is its
+ * take-time block bitmap (consumed: the store owns it from here, also on
+ * an error), or NULL to read that map through the snapshot's own view.
  */
 errcode_t nx_cow_set_active(struct nx_snapstore *store, struct nx_snap *snap,
-			    int fresh)
+			    ext2fs_block_bitmap take_map)
 {
-	ext2_filsys fs = store->vol->fs;
-	ext2fs_block_bitmap map = NULL;
 	errcode_t err = 0;
 
 	if (store->cow_map) {
@@ -564,17 +562,18 @@ errcode_t nx_cow_set_active(struct nx_snapstore *store, struct nx_snap *snap,
 	}
 	store->active = NULL;
 	store->copy_goal = 0;
-	if (!snap)
+	if (!snap) {
+		if (take_map)
+			ext2fs_free_block_bitmap(take_map);
 		return 0;
-	if (fresh)
-		err = ext2fs_copy_bitmap(fs->block_map, &map);
-	else
+	}
+	if (!take_map)
 		err = nx_snap_read_take_bitmap(store, nx_snap_index(store,
 								    snap->ino),
-					       &map);
+					       &take_map);
 	if (err)
 		return err;
-	store->cow_map = map;
+	store->cow_map = take_map;
 	store->active = snap;
 	return 0;
 }

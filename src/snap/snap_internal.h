@@ -93,7 +93,7 @@ void nx_cow_uninstall(struct nx_snapstore *store);
 int nx_cow_needs_preserve(struct nx_snapstore *store, blk64_t blk);
 errcode_t nx_cow_apply_pending(struct nx_snapstore *store);
 errcode_t nx_cow_set_active(struct nx_snapstore *store, struct nx_snap *snap,
-			    int fresh);
+			    ext2fs_block_bitmap take_map);
 
 /* snapview.c */
 errcode_t nx_snap_resolve(struct nx_snapstore *store, int idx, blk64_t blk,

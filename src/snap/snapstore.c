@@ -298,7 +298,7 @@ errcode_t nx_snap_attach(struct nx_volume *vol, char *msg, size_t msglen)
 			nx_snap_detach(vol);
 			return err;
 		}
-		err = nx_cow_set_active(store, store->snaps[i], 0);
+		err = nx_cow_set_active(store, store->snaps[i], NULL);
 		if (err) {
 			nx_set_msg(msg, msglen, "%s", "cannot read the active snapshot's "
 				"block bitmap");
@@ -661,6 +661,7 @@ errcode_t nx_snap_take(struct nx_volume *vol, const char *name,
 	ext2_filsys fs = vol->fs;
 	struct ext2_inode_large inode;
 	struct nx_snap *s = NULL, **grown;
+	ext2fs_block_bitmap map;
 	uint32_t id;
 	errcode_t err;
 
@@ -722,7 +723,10 @@ errcode_t nx_snap_take(struct nx_volume *vol, const char *name,
 	err = nx_volume_sync(vol);	/* one commit: durable, device = memory */
 	if (err)
 		goto fail;
-	err = nx_cow_set_active(store, s, 1);
+	/* The bitmap in memory, just flushed, is the take-time one. */
+	err = ext2fs_copy_bitmap(fs->block_map, &map);
+	if (!err)
+		err = nx_cow_set_active(store, s, map);
 	if (err)
 		return err;
 	if (info)
@@ -768,27 +772,29 @@ static int collect_handover(ext2_filsys fs, blk64_t *blocknr,
 }
 
 /*
- * Which blocks does OLDER (index IDX) still need from the snapshot being
- * deleted: in use at its take and not preserved by it yet.
+ * Which blocks does OLDER still need from the snapshot being deleted: in
+ * use at its take (TAKE_MAP, its take-time bitmap) and not preserved by
+ * it yet.
  *
  * Some of those held an even older snapshot's file at OLDER's take, and
  * OLDER never shows them; handing one over costs space, not content.
  * Telling them apart by who owns a block *now* is wrong: a block whose
  * old content a snapshot keeps as a copy is free to be reused, also as a
- * new indirect block of an older snapshot (adopt_blocks), and leaving
- * such a block out dropped the only copy of what OLDER showed there.
+ * new map block of an older snapshot (adopt_blocks), and leaving such a
+ * block out dropped the only copy of what OLDER showed there.
  */
-static errcode_t compute_need(struct nx_snapstore *store, int idx,
+static errcode_t compute_need(struct nx_snapstore *store,
+			      struct nx_snap *older,
+			      ext2fs_block_bitmap take_map,
 			      ext2fs_block_bitmap *need)
 {
-	struct nx_snap *older = store->snaps[idx];
 	ext2_filsys fs = store->vol->fs;
 	blk64_t blk = fs->super->s_first_data_block;
 	blk64_t last = ext2fs_blocks_count(fs->super) - 1, stop;
 	ext2fs_block_bitmap map = NULL;
 	errcode_t err;
 
-	err = nx_snap_read_take_bitmap(store, idx, &map);
+	err = ext2fs_copy_bitmap(take_map, &map);
 	if (err)
 		return err;
 	/* Minus what OLDER maps, run by run. */
@@ -803,6 +809,27 @@ static errcode_t compute_need(struct nx_snapstore *store, int idx,
 	}
 	*need = map;
 	return 0;
+}
+
+/* The blocks of snapshot S that OLDER (index IDX) needs, into H. */
+static errcode_t collect_need(struct nx_snapstore *store, int idx,
+			      struct nx_snap *s, struct handover *h,
+			      ext2fs_block_bitmap *take_map)
+{
+	errcode_t err;
+
+	err = nx_snap_read_take_bitmap(store, idx, take_map);
+	if (!err)
+		err = compute_need(store, store->snaps[idx], *take_map,
+				   &h->need);
+	if (err)
+		return err;
+	err = ext2fs_block_iterate3(store->vol->fs, s->ino,
+				    BLOCK_FLAG_READ_ONLY, NULL,
+				    collect_handover, h);
+	ext2fs_free_block_bitmap(h->need);
+	h->need = NULL;
+	return err;
 }
 
 /* Map the handed-over blocks into OLDER's inode. */
@@ -897,12 +924,42 @@ static errcode_t unchain(struct nx_snapstore *store, int idx)
 	return 0;
 }
 
+/*
+ * Deleting the active snapshot S: the next older one, OLDER, becomes
+ * active before anything is written, so that what the delete itself
+ * changes (inode tables, /.snapshots, OLDER's own inode) is preserved
+ * for it like any other change.  (Those blocks are normally OLDER's
+ * already - every take makes the snapshot before it preserve the new
+ * inode's table block and /.snapshots, and then its own inode's - but
+ * no moment without an active snapshot is simpler than that argument.)
+ * The blocks it is about to take over from S count as its own from now
+ * on: preserving their current content would be wrong, S holds what
+ * OLDER showed there (and until S is gone, reads of OLDER's blocks that
+ * are marked but not mapped yet go on to S's).
+ */
+static errcode_t activate_older(struct nx_snapstore *store,
+				struct nx_snap *older,
+				ext2fs_block_bitmap take_map,
+				const struct handover *h)
+{
+	ext2_filsys fs = store->vol->fs;
+	size_t i;
+
+	if (older)
+		for (i = 0; i < h->count; i++)
+			ext2fs_mark_block_bitmap2(older->mapped, h->n[i]);
+	fs->super->s_snapshot_inum = older ? older->ino : 0;
+	ext2fs_mark_super_dirty(fs);
+	return nx_cow_set_active(store, older, take_map);
+}
+
 errcode_t nx_snap_delete(struct nx_volume *vol, const char *name)
 {
 	struct nx_snapstore *store = vol->snap;
 	ext2_filsys fs = vol->fs;
 	struct handover h = { 0 };
-	struct nx_snap *s;
+	ext2fs_block_bitmap take_map = NULL;
+	struct nx_snap *s, *older;
 	int idx, was_active;
 	errcode_t err;
 
@@ -911,31 +968,27 @@ errcode_t nx_snap_delete(struct nx_volume *vol, const char *name)
 	if (nx_volume_rdonly(vol))
 		return EROFS;
 	idx = nx_snap_index(store, s->ino);
+	older = idx > 0 ? store->snaps[idx - 1] : NULL;
 	was_active = s == store->active;
 	err = nx_cow_apply_pending(store);
 	if (err)
 		return err;
-	if (idx > 0) {
-		err = compute_need(store, idx - 1, &h.need);
-		if (err)
-			return err;
-		err = ext2fs_block_iterate3(fs, s->ino, BLOCK_FLAG_READ_ONLY,
-					    NULL, collect_handover, &h);
-		ext2fs_free_block_bitmap(h.need);
+	if (older) {
+		err = collect_need(store, idx - 1, s, &h, &take_map);
 		if (err)
 			goto out;
 	}
-	/* Stop preserving into S before its blocks go. */
 	if (was_active) {
-		err = nx_cow_set_active(store, NULL, 0);
+		err = activate_older(store, older, take_map, &h);
+		take_map = NULL;	/* the store's now */
 		if (err)
 			goto out;
 	}
 	err = unchain(store, idx);
 	if (!err)
 		err = release_snapshot_file(store, s, &h);
-	if (!err && idx > 0)
-		err = adopt_blocks(store, store->snaps[idx - 1], &h);
+	if (!err && older)
+		err = adopt_blocks(store, older, &h);
 	if (err)
 		goto out;
 	memmove(&store->snaps[idx], &store->snaps[idx + 1],
@@ -943,25 +996,19 @@ errcode_t nx_snap_delete(struct nx_volume *vol, const char *name)
 	store->nsnaps--;
 	retire_view(store, s);
 	free_snap(s);
-	if (was_active) {
-		struct nx_snap *older = idx > 0 ? store->snaps[idx - 1] : NULL;
-
-		fs->super->s_snapshot_inum = older ? older->ino : 0;
-		if (older)
-			err = nx_cow_set_active(store, older, 0);
-	}
 	if (!store->nsnaps) {
 		ext2fs_clear_feature_has_snapshot(fs->super);
 		fs->super->s_snapshot_inum = 0;
 		fs->super->s_snapshot_list = 0;
 		fs->super->s_snapshot_r_blocks_count = 0;
-		if (!err)
-			err = remove_snapdir(store);
+		err = remove_snapdir(store);
 	}
 	ext2fs_mark_super_dirty(fs);
 	if (!err)
 		err = nx_volume_sync(vol);
 out:
+	if (take_map)
+		ext2fs_free_block_bitmap(take_map);
 	free(h.n);
 	free(h.b);
 	return err;
