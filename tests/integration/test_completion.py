@@ -170,6 +170,7 @@ class CompletionTest(nx.NxTestCase):
                          ['ro,allow_other', 'ro,allow_root'])
         self.assertEqual(self.fuse_opts('-oro,read_'),
                          ['-oro,read_ahead_kb='])
+        self.assertEqual(self.fuse_opts('-o', 'fake'), ['fakeroot'])
         # COMP_WORDS splits at "=": bash replaces only the text after it
         self.assertEqual(
             self.fuse_opts('-o', 'fsname', '=', 'x,read_',
