@@ -21,22 +21,22 @@ void nx_idmap_init(struct nx_idmap *map, int fakeroot)
 	map->on = fakeroot && (map->uid != 0 || map->gid != 0);
 }
 
+/* 0 and MINE trade places; every other id stays. */
+static unsigned trade(unsigned id, unsigned mine)
+{
+	if (id == 0)
+		return mine;
+	return id == mine ? 0 : id;
+}
+
 uid_t nx_idmap_uid(const struct nx_idmap *map, uid_t uid)
 {
-	if (!map->on)
-		return uid;
-	if (uid == 0)
-		return map->uid;
-	return uid == map->uid ? 0 : uid;
+	return map->on ? trade(uid, map->uid) : uid;
 }
 
 gid_t nx_idmap_gid(const struct nx_idmap *map, gid_t gid)
 {
-	if (!map->on)
-		return gid;
-	if (gid == 0)
-		return map->gid;
-	return gid == map->gid ? 0 : gid;
+	return map->on ? trade(gid, map->gid) : gid;
 }
 
 void nx_idmap_stat(const struct nx_idmap *map, struct stat *st)
