@@ -16,6 +16,11 @@
 #       Extra arguments go to mke2fs last (e.g. -d DIR to populate, -N 64,
 #       -m 0, -E root_owner=65534:65534, -U UUID).
 #
+#   Every image's root directory belongs to the calling user (mke2fs -E
+#   root_owner=UID:GID; an -E given among the extra arguments is merged,
+#   and its own root_owner wins), so that an unprivileged mount can write
+#   to it.
+#
 #   images/mkimages.sh --features FLAVOUR
 #       Print the feature list of FLAVOUR (used by the tests).
 #
@@ -32,7 +37,7 @@ EXT4=$BASE,has_journal,extent,huge_file,flex_bg,metadata_csum,64bit,dir_nlink,ex
 
 usage()
 {
-	sed -n '2,24s/^# \{0,1\}//p' "$0" >&2
+	sed -n '2,29s/^# \{0,1\}//p' "$0" >&2
 	exit 2
 }
 
@@ -79,14 +84,42 @@ write_config()
 	EOF
 }
 
+# Print ARGS (NUL-terminated) with root_owner=<caller> as the first
+# extended option: merged into an -E among them (mke2fs keeps only the
+# last -E; within one, the last root_owner counts), else as a new -E.
+with_root_owner()
+{
+	local owner="root_owner=$(id -u):$(id -g)" merged=0 a
+
+	while [ $# -gt 0 ]; do
+		a=$1
+		shift
+		case $a in
+		-E)
+			if [ $# -gt 0 ]; then
+				printf '%s\0%s\0' -E "$owner,$1"
+				shift
+				merged=1
+				continue
+			fi ;;
+		-E?*)
+			a="-E$owner,${a#-E}"
+			merged=1 ;;
+		esac
+		printf '%s\0' "$a"
+	done
+	[ $merged = 1 ] || printf '%s\0%s\0' -E "$owner"
+}
+
 # make_image FLAVOUR OUT SIZE [MKE2FS-ARGS...]
 make_image()
 {
 	local flavour=$1 out=$2 size=$3
 	shift 3
-	local type bsize features conf rc=0
+	local type bsize features conf rc=0 args
 
 	read -r type bsize features < <(flavour_params "$flavour")
+	mapfile -t -d '' args < <(with_root_owner "$@")
 	conf=$(mktemp "${TMPDIR:-/tmp}/mke2fs.conf.XXXXXX")
 	write_config "$conf"
 	: >"$out"	# (an existing file keeps mke2fs quiet)
@@ -95,7 +128,7 @@ make_image()
 	# "small"/"floppy" size classes.
 	MKE2FS_CONFIG=$conf "$MKE2FS" -q -F -t "$type" -T nextfs \
 		-O "none,$features" -b "$bsize" -I 256 -i 4096 \
-		"$@" "$out" "$size" || rc=$?
+		"${args[@]}" "$out" "$size" || rc=$?
 	rm -f -- "$conf"
 	return $rc
 }
@@ -149,10 +182,9 @@ make_demo()
 
 	tmp=$(mktemp -d "${TMPDIR:-/tmp}/nextfs-demo.XXXXXX")
 	populate_demo "$tmp/root"
-	# Debian 12 defaults for ext4 (inode ratio 16384), owned by the caller
-	# so that an unprivileged mount can write to it.
-	make_image ext4 "$out" 64M -i 16384 -L nextfs-demo -d "$tmp/root" \
-		-E root_owner="$(id -u):$(id -g)" || rc=$?
+	# Debian 12 defaults for ext4 (inode ratio 16384).
+	make_image ext4 "$out" 64M -i 16384 -L nextfs-demo -d "$tmp/root" ||
+		rc=$?
 	rm -rf -- "$tmp"
 	return $rc
 }

@@ -27,6 +27,7 @@
 #include <stdint.h>
 #include <fuse_lowlevel.h>
 #include <ext2fs/ext2fs.h>
+#include "nextfs/idmap.h"
 #include "nextfs/volume.h"
 
 /* Exit status of nextfs-fuse. */
@@ -80,6 +81,7 @@ struct nx_fuse {
 	struct fuse_session *se;	/* for invalidation notices */
 	int dont_mask;			/* POSIX ACLs: the umask is ours */
 	double timeout;			/* NX_FUSE_TIMEOUT unless tuned */
+	struct nx_idmap idmap;		/* -o fakeroot (idmap.h) */
 	errcode_t close_err;		/* result of closing the volume */
 	/* snapshot views (snap_ops.c) */
 	fuse_ino_t space;		/* snapshot id << 32; 0 for the live tree */
@@ -124,7 +126,10 @@ extern __thread struct nx_fuse *nx_fuse_current;
 
 /* Is NAME in directory DIR the hidden snapshot directory? */
 int nx_fuse_hidden(ext2_ino_t dir, const char *name, size_t namelen);
-/* Adjust the attributes of "/" for the view FS is (see above). */
+/*
+ * Attributes of INO as the kernel is to see them: owners through
+ * -o fakeroot's map, and "/" adjusted for the view FS is (see above).
+ */
 void nx_fuse_fix_stat(const struct nx_fuse *fs, ext2_ino_t ino,
 		      struct stat *st);
 
@@ -148,6 +153,7 @@ struct nx_fuse_config {
 	int singlethread;		/* -s */
 	unsigned read_ahead_kb;		/* -o read_ahead_kb=N; 0 = kernel's */
 	int read_ahead_given;		/* ... named by the user: warn if unset */
+	int fakeroot;			/* -o fakeroot: see idmap.h */
 	struct fuse_args *args;		/* argv[0] + options for the session */
 };
 

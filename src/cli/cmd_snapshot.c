@@ -179,13 +179,33 @@ static void print_json_string(const char *s)
 	putchar('"');
 }
 
+/* Output formats of "snapshot list". */
+enum list_format { LIST_TABLE, LIST_JSON, LIST_NAMES0 };
+
+/*
+ * --names0: the names alone, each followed by a NUL byte, exactly as
+ * stored (a name may hold any byte but '/' and NUL).  For scripts and
+ * the bash completion, which read them with "mapfile -d ''".
+ */
+static void print_names0(const struct nx_snapinfo *s, int n)
+{
+	int i;
+
+	for (i = 0; i < n; i++)
+		fwrite(s[i].name, 1, strlen(s[i].name) + 1, stdout);
+}
+
 static void print_list(const struct nx_snapinfo *s, int n, unsigned bs,
-		       int json)
+		       enum list_format format)
 {
 	char when[64];
 	int i;
 
-	if (json) {
+	if (format == LIST_NAMES0) {
+		print_names0(s, n);
+		return;
+	}
+	if (format == LIST_JSON) {
 		printf("[");
 		for (i = 0; i < n; i++) {
 			printf("%s{\"id\": %u, \"name\": ", i ? ", " : "",
@@ -213,7 +233,7 @@ static void print_list(const struct nx_snapinfo *s, int n, unsigned bs,
 	}
 }
 
-static int list_snapshots(const char *target, int json)
+static int list_snapshots(const char *target, enum list_format format)
 {
 	struct nx_snapinfo *snaps = NULL;
 	struct nx_volume *vol;
@@ -238,7 +258,7 @@ static int list_snapshots(const char *target, int json)
 			return NX_CLI_FAIL;
 		}
 	}
-	print_list(snaps, n, bs, json);
+	print_list(snaps, n, bs, format);
 	free(snaps);
 	return 0;
 }
@@ -248,17 +268,19 @@ static void snapshot_usage(FILE *out)
 	fprintf(out,
 		"usage: nextfs snapshot take IMAGE_OR_MOUNTPOINT NAME\n"
 		"       nextfs snapshot delete IMAGE_OR_MOUNTPOINT NAME\n"
-		"       nextfs snapshot list [--json] IMAGE_OR_MOUNTPOINT\n"
+		"       nextfs snapshot list [--json|--names0] IMAGE_OR_MOUNTPOINT\n"
 		"\n"
 		"Take, delete or list snapshots of an unmounted ext2/3/4 image\n"
 		"or device, or of a volume mounted with nextfs-fuse (through\n"
-		"MOUNTPOINT/.snapshots).\n");
+		"MOUNTPOINT/.snapshots).  --names0 prints only the names, each\n"
+		"followed by a NUL byte.\n");
 }
 
 int nx_cmd_snapshot(int argc, char **argv)
 {
 	const char *sub = argc > 1 ? argv[1] : NULL;
-	int json = 0, i, nargs = 0;
+	enum list_format format = LIST_TABLE;
+	int i, nargs = 0;
 	const char *args[2] = { NULL, NULL };
 
 	if (!sub || !strcmp(sub, "--help") || !strcmp(sub, "-h")) {
@@ -267,7 +289,9 @@ int nx_cmd_snapshot(int argc, char **argv)
 	}
 	for (i = 2; i < argc; i++) {
 		if (!strcmp(argv[i], "--json")) {
-			json = 1;
+			format = LIST_JSON;
+		} else if (!strcmp(argv[i], "--names0")) {
+			format = LIST_NAMES0;
 		} else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
 			snapshot_usage(stdout);
 			return 0;
@@ -279,7 +303,7 @@ int nx_cmd_snapshot(int argc, char **argv)
 		}
 	}
 	if (!strcmp(sub, "take") || !strcmp(sub, "delete")) {
-		if (nargs != 2 || json) {
+		if (nargs != 2 || format != LIST_TABLE) {
 			snapshot_usage(stderr);
 			return NX_CLI_USAGE;
 		}
@@ -290,7 +314,7 @@ int nx_cmd_snapshot(int argc, char **argv)
 			snapshot_usage(stderr);
 			return NX_CLI_USAGE;
 		}
-		return list_snapshots(args[0], json);
+		return list_snapshots(args[0], format);
 	}
 	nx_cli_error("unknown snapshot command '%s'", sub);
 	snapshot_usage(stderr);

@@ -46,6 +46,7 @@ static void usage(FILE *out)
 		"  diff IMAGE_OR_MNT OLD [NEW] list what changed between snapshots\n"
 		"  restore IMAGE NAME          roll the live tree back to a snapshot\n"
 		"  info IMAGE                  volume and snapshot summary\n"
+		"  version                     print the version (also --version)\n"
 		"\n"
 		"Run 'nextfs COMMAND --help' for a command's options.\n"
 		"Exit status: 0 success, 1 failure (nothing changed), 2 usage\n"
@@ -62,7 +63,9 @@ int main(int argc, char **argv)
 		usage(stdout);
 		return NX_CLI_OK;
 	}
-	if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "-V")) {
+	if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "-V") ||
+	    !strcmp(argv[1], "version")) {
+		/* meson's project version, as nextfs-fuse -V prints it */
 		printf("nextfs %s\n", NEXTFS_VERSION);
 		return NX_CLI_OK;
 	}

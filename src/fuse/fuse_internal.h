@@ -29,10 +29,14 @@ static inline void reply_err(fuse_req_t req, errcode_t err)
 	fuse_reply_err(req, nx_errno(err));
 }
 
-/* Who is asking.  Groups are read from /proc, so only when they matter. */
+/*
+ * Who is asking, in the volume's ids (-o fakeroot maps them: idmap.h).
+ * Groups are read from /proc, so only when they matter.
+ */
 static inline void get_cred(fuse_req_t req, struct nx_cred *cred)
 {
 	const struct fuse_ctx *ctx = fuse_req_ctx(req);
+	const struct nx_fuse *live = fuse_req_userdata(req);
 	int n;
 
 	cred->uid = ctx->uid;
@@ -44,6 +48,7 @@ static inline void get_cred(fuse_req_t req, struct nx_cred *cred)
 	n = fuse_req_getgroups(req, NX_MAX_GROUPS, cred->groups);
 	if (n > 0)
 		cred->ngroups = n < NX_MAX_GROUPS ? n : NX_MAX_GROUPS;
+	nx_idmap_cred(&live->idmap, cred);
 }
 
 /*

@@ -23,6 +23,8 @@
 #include <sys/statfs.h>
 #include <sys/sysmacros.h>
 #include <et/com_err.h>
+#include "nextfs/inode.h"
+#include "nextfs/perm.h"
 
 static int log_to_syslog;
 
@@ -196,6 +198,33 @@ static int open_volume(struct nx_fuse *fs, const struct nx_fuse_config *cfg)
 	return 0;
 }
 
+/*
+ * A user who mounts a volume whose root directory they may not write
+ * (mke2fs leaves it to root) would find out only from an EACCES later,
+ * with the daemon in the background: say so now, and what helps.
+ */
+static void warn_if_root_not_writable(const struct nx_fuse *fs,
+				      const struct nx_fuse_config *cfg)
+{
+	struct ext2_inode_large root;
+	struct nx_cred me;
+
+	if (cfg->rdonly || getuid() == 0)
+		return;
+	nx_cred_self(&me);
+	nx_idmap_cred(&fs->idmap, &me);
+	nx_volume_lock(fs->vol);
+	if (nx_inode_read(fs->vol, EXT2_ROOT_INO, &root) == 0 &&
+	    nx_perm_access(&me, (struct ext2_inode *)&root, W_OK | X_OK))
+		nx_err("warning: the root directory of %s belongs to uid %u "
+		       "gid %u (mode %04o): you cannot create files in it; "
+		       "-o fakeroot lets you act as its owner (see "
+		       "nextfs-fuse(1))", cfg->device,
+		       inode_uid(root), inode_gid(root),
+		       root.i_mode & 07777);
+	nx_volume_unlock(fs->vol);
+}
+
 #define FUSE_SUPER_MAGIC 0x65735546
 
 /* Write N to the readahead knob of the FUSE mount open at FD. */
@@ -257,6 +286,7 @@ int nx_fuse_main(const struct nx_fuse_config *cfg)
 
 	memset(&fs, 0, sizeof(fs));
 	fs.timeout = NX_FUSE_TIMEOUT;
+	nx_idmap_init(&fs.idmap, cfg->fakeroot);
 	fuse_set_log_func(nx_log);
 	fs.nodes = nx_nodes_new();
 	if (!fs.nodes) {
@@ -280,6 +310,7 @@ int nx_fuse_main(const struct nx_fuse_config *cfg)
 		status = NX_EXIT_REFUSED;
 		goto out;
 	}
+	warn_if_root_not_writable(&fs, cfg);
 	if (fuse_session_mount(se, cfg->mountpoint) != 0) {
 		nx_err("cannot mount %s on %s", cfg->device, cfg->mountpoint);
 		goto out;

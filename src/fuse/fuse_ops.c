@@ -664,6 +664,10 @@ static errcode_t do_setattr(struct nx_fuse *fs, const struct nx_cred *cred,
 		mode_set = 1;
 	}
 	valid = fuse_to_nx_attr(vol, to_set, attr, &na);
+	if (valid & NX_SET_UID)		/* chown: the ids to record */
+		na.uid = nx_idmap_uid(&fs->idmap, na.uid);
+	if (valid & NX_SET_GID)
+		na.gid = nx_idmap_gid(&fs->idmap, na.gid);
 	if (valid) {
 		err = nx_setattr(vol, by_fh ? &kcred : cred, ino, &na, valid,
 				 NULL);
@@ -674,6 +678,8 @@ static errcode_t do_setattr(struct nx_fuse *fs, const struct nx_cred *cred,
 	/* posix_acl_chmod(): the access ACL follows the new mode. */
 	if (!err && (mode_set || (to_set & FUSE_SET_ATTR_MODE)))
 		err = nx_acl_chmod(vol, ino, st->st_mode);
+	if (!err)
+		nx_fuse_fix_stat(fs, ino, st);
 	return err;
 }
 

@@ -53,6 +53,7 @@ void nx_fuse_fix_stat(const struct nx_fuse *fs, ext2_ino_t ino,
 {
 	int hidden;
 
+	nx_idmap_stat(&fs->idmap, st);
 	if (ino != EXT2_ROOT_INO)
 		return;
 	hidden = fs->space ? fs->hides_snapdir :
@@ -109,6 +110,7 @@ static errcode_t view_fs(struct nx_fuse *live, uint32_t id,
 	v->se = live->se;
 	v->dont_mask = live->dont_mask;
 	v->timeout = live->timeout;
+	v->idmap = live->idmap;
 	v->space = (fuse_ino_t)id << NX_NODE_SPACE_SHIFT;
 	v->root_mtime = info.taken;
 	v->hides_snapdir = nx_lookup(view, EXT2_ROOT_INO, SNAPDIR_NAME,
@@ -171,6 +173,7 @@ static void snapdir_stat(struct nx_fuse *live, struct stat *st)
 		st->st_mtim = list[n - 1].taken;
 	nx_volume_unlock(live->vol);
 	free(list);
+	nx_idmap_stat(&live->idmap, st);
 	/* Owned like "/": whoever owns the volume's root takes snapshots. */
 	st->st_ino = NX_SNAPDIR_NODEID;
 	st->st_mode = S_IFDIR | 0755;

@@ -108,6 +108,46 @@ class ImagesTest(nx.NxTestCase):
         root = nx.debugfs(img, 'stat /')
         self.assertIn('User: %5d' % os.getuid(), root)
 
+    def root_owner(self, img):
+        m = re.search(r'User:\s*(\d+)\s+Group:\s*(\d+)',
+                      nx.debugfs(img, 'stat /'))
+        return (int(m.group(1)), int(m.group(2)))
+
+    def test_root_directory_belongs_to_the_caller(self):
+        """What README's unprivileged use needs: a normal user's image has
+        that user as the owner of "/", in every flavour."""
+        self.need_root()
+        uid, gid = nx.NOBODY_UID, nx.NOGROUP_GID
+        udir = os.path.join(self.work, 'user')
+        os.mkdir(udir)
+        os.chown(udir, uid, gid)
+
+        def mkimage(name, *args):
+            img = os.path.join(udir, name)
+            nx.run(nx.as_user_argv(uid, gid) +
+                   ['bash', nx.mkimages_path()] + [a.format(img=img)
+                                                  for a in args])
+            return img
+
+        for flavour in nx.FLAVOURS:
+            img = mkimage(flavour + '.img', flavour, '{img}', '16M')
+            self.assertEqual(self.root_owner(img), (uid, gid), flavour)
+        self.assertEqual(self.root_owner(mkimage('demo.img', 'demo',
+                                                 '{img}')), (uid, gid))
+        # an -E of the caller's is merged, not lost (mke2fs keeps the last)
+        img = mkimage('e.img', 'ext4', '{img}', '16M', '-E',
+                      'lazy_itable_init=1')
+        self.assertEqual(self.root_owner(img), (uid, gid))
+        img = mkimage('e2.img', 'ext2', '{img}', '16M', '-Elazy_itable_init=1')
+        self.assertEqual(self.root_owner(img), (uid, gid))
+        # ... and an explicit root_owner wins
+        img = mkimage('o.img', 'ext4', '{img}', '16M', '-E',
+                      'root_owner=7:8')
+        self.assertEqual(self.root_owner(img), (7, 8))
+        for f in os.listdir(udir):
+            rc, out = nx.fsck(os.path.join(udir, f))
+            self.assertEqual(rc, 0, out)
+
 
 if __name__ == '__main__':
     nx.main(require_fuse=False)

@@ -1,6 +1,9 @@
 #!/usr/bin/env python3
 """Unprivileged use: the user "nobody" mounts an image it owns (through
-the setuid fusermount3), works in it, and unmounts it again.
+the setuid fusermount3), works in it, and unmounts it again.  An image
+made by root (its root directory root's): the mount warns that nobody
+cannot create files there, and with -o fakeroot nobody works in it as
+its root.
 
 Needs /dev/fuse to be usable by nobody (mode 0666, as on a standard
 Debian system; .ci/run arranges it) - skipped otherwise.
@@ -10,6 +13,7 @@ Run: test_unpriv.py --flavour ext2|ext3|ext4|ext4-inline [unittest args]
 
 import errno
 import os
+import re
 import stat
 
 import nxharness as nx
@@ -112,6 +116,98 @@ class UnprivilegedTest(nx.NxTestCase):
             self.assertEqual(names, ['dir', 'hard', 'lost+found', 'sym'])
             self.assertTrue(data_ok)
             self.assertEqual(xattr, b'nobody')
+
+    # -- an image whose root directory belongs to root (made by root)
+
+    def root_made_image(self):
+        """An image made by root (so "/" is root's) that nobody may use,
+        with a file of nobody's and one of uid 1234 in it."""
+        udir = os.path.join(self.work, 'nobody')
+        os.mkdir(udir, 0o755)
+        os.chown(udir, UID, GID)
+        img = self.make_image(name='nobody/root.img')
+        with self.mounted(img) as m:
+            write_file(m.p('nobodys'), b'n')
+            os.chown(m.p('nobodys'), UID, GID)
+            write_file(m.p('others'), b'o')
+            os.chown(m.p('others'), 1234, 1234)
+        os.chown(img, UID, GID)
+        return img, udir
+
+    def recorded_owner(self, img, path):
+        out = nx.debugfs(img, 'stat "%s"' % path)
+        m = re.search(r'User:\s*(\d+)\s+Group:\s*(\d+)', out)
+        return (int(m.group(1)), int(m.group(2)))
+
+    def test_root_owned_image_says_why(self):
+        img, udir = self.root_made_image()
+        with self.mounted(img, user=(UID, GID), workdir=udir) as m:
+            self.assertErrno(errno.EACCES, as_nobody, write_file,
+                             m.p('new'), b'x')
+            log = m.log_text()
+        self.assertRegex(log, r'nextfs-fuse: warning: the root directory '
+                         r'of .* belongs to uid 0 gid 0 .*-o fakeroot')
+
+    def test_fakeroot_works_in_a_root_owned_image(self):
+        img, udir = self.root_made_image()
+        before = nx.sha256_file(img)
+        with self.mounted(img, user=(UID, GID), workdir=udir,
+                          opts=['fakeroot']) as m:
+            self.assertNotIn('warning', m.log_text())
+            seen = as_nobody(fakeroot_session, m.path)
+        # what the user saw: root's files as theirs, theirs as root's
+        self.assertEqual(seen['/'], (UID, GID))
+        self.assertEqual(seen['lost+found'], (UID, GID))
+        self.assertEqual(seen['nobodys'], (0, 0))
+        self.assertEqual(seen['others'], (1234, 1234))
+        self.assertEqual(seen['new'], (UID, GID))
+        self.assertEqual(seen['chown to root'], errno.EPERM)
+        self.assertEqual(seen['snapshot'], b'v1')
+        self.assertNotEqual(nx.sha256_file(img), before)
+        # what the volume records: the user's work as root's, the rest
+        # unchanged
+        self.assertEqual(self.recorded_owner(img, '/'), (0, 0))
+        self.assertEqual(self.recorded_owner(img, '/dir/new'), (0, 0))
+        self.assertEqual(self.recorded_owner(img, '/dir'), (0, 0))
+        self.assertEqual(self.recorded_owner(img, '/nobodys'), (UID, GID))
+        self.assertEqual(self.recorded_owner(img, '/others'), (1234, 1234))
+        # and a second mount shows the same
+        with self.mounted(img, user=(UID, GID), workdir=udir,
+                          opts=['fakeroot']) as m:
+            again = as_nobody(owners, m.path, ['dir/new', 'nobodys'])
+        self.assertEqual(again, {'dir/new': (UID, GID),
+                                 'nobodys': (0, 0)})
+
+
+def owners(root, names):
+    out = {}
+    for n in names:
+        st = os.lstat(os.path.join(root, n))
+        out[n] = (st.st_uid, st.st_gid)
+    return out
+
+
+def fakeroot_session(root):
+    """Runs as nobody in a "-o fakeroot" mount of a root-made image."""
+    os.mkdir(os.path.join(root, 'dir'))
+    write_file(os.path.join(root, 'dir', 'new'), b'v1')
+    os.chmod(os.path.join(root, 'dir', 'new'), 0o640)
+    os.chown(os.path.join(root, 'dir', 'new'), UID, GID)   # to "me"
+    seen = owners(root, ['.', 'lost+found', 'nobodys', 'others', 'dir/new'])
+    seen['/'] = seen.pop('.')
+    seen['new'] = seen.pop('dir/new')
+    try:
+        os.chown(os.path.join(root, 'dir', 'new'), 0, 0)
+        seen['chown to root'] = 0
+    except OSError as e:
+        seen['chown to root'] = e.errno
+    # the user may take snapshots (.snapshots is owned like "/")
+    os.mkdir(os.path.join(root, '.snapshots', 's1'))
+    write_file(os.path.join(root, 'dir', 'new'), b'v2')
+    seen['snapshot'] = read_file(os.path.join(root, '.snapshots', 's1',
+                                              'dir', 'new'))
+    os.rmdir(os.path.join(root, '.snapshots', 's1'))
+    return seen
 
 
 if __name__ == '__main__':
