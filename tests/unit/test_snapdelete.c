@@ -283,7 +283,7 @@ START_TEST(test_delete_keeps_every_block)
 	r.vol = nxt_open(r.path);
 	r.big = new_file(&r, "big");
 	r.lib = new_file(&r, "lib");
-	for (round = 0; round < 12; round++) {
+	for (round = 0; round < 9; round++) {
 		change(&r, 60);
 		take(&r);
 		change(&r, 30);
