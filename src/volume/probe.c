@@ -125,12 +125,25 @@ static errcode_t device_size(const char *device, int fd, struct nx_probe *p,
 	return 0;
 }
 
-/* A writer must be able to write: say so now, and that -o ro works. */
+/*
+ * A writer must be able to write: say so now, and that -o ro works.  A
+ * read-only block device opens for writing and fails the writes (EPERM):
+ * ask it.
+ */
 static errcode_t check_writable(const char *device, char *msg, size_t msglen)
 {
-	int fd = open(device, O_RDWR | O_CLOEXEC), e;
+	int fd = open(device, O_RDWR | O_CLOEXEC), e, ro = 0;
+	struct stat st;
 
 	if (fd >= 0) {
+		if (fstat(fd, &st) == 0 && S_ISBLK(st.st_mode) &&
+		    ioctl(fd, BLKROGET, &ro) == 0 && ro) {
+			close(fd);
+			nx_set_msg(msg, msglen, "%s cannot be written (a "
+				   "read-only device); mount it with -o ro to "
+				   "serve it read-only", device);
+			return EROFS;
+		}
 		close(fd);
 		return 0;
 	}
