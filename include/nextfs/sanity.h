@@ -27,7 +27,9 @@
  * text says what is wrong (no device name, no advice); FIX, where set,
  * replaces the standard advice.  nx_sanity_refusal() makes the one line
  * the user sees: the device, the problem, and the fix (-o ro to read it;
- * e2fsck, or "nextfs check --repair" on a volume with snapshots).
+ * e2fsck, or "nextfs check --repair" on a volume with snapshots).  The
+ * feature policy (volume.c) and a damaged journal (journal.c, found when
+ * it is loaded, before anything is written) are refused the same way.
  */
 #ifndef NEXTFS_SANITY_H
 #define NEXTFS_SANITY_H
@@ -44,7 +46,8 @@ enum nx_damage_level {
 struct nx_damage {
 	enum nx_damage_level level;
 	char problem[256];
-	char fix[256];		/* "" = the standard advice */
+	int own_fix;		/* 0: the standard advice */
+	char fix[256];		/* else this ("": no repair to advise) */
 };
 
 struct nx_probe {
@@ -61,9 +64,24 @@ struct nx_probe {
 errcode_t nx_probe_device(const char *device, int rdonly, struct nx_probe *p,
 			  char *msg, size_t msglen);
 
-/* Record a finding in D unless D already holds one at least as bad. */
+/*
+ * Record a finding in D unless D already holds one at least as bad; the
+ * _fix form with its own advice FIX ("" for none).
+ */
 void nx_damage_note(struct nx_damage *d, enum nx_damage_level level,
 		    const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+void nx_damage_note_fix(struct nx_damage *d, enum nx_damage_level level,
+			const char *fix, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+
+/*
+ * ERR and MSG from loading or replaying the journal (txn.h, journal.h):
+ * damage becomes a refusal as above; anything else gets DEVICE named.
+ */
+int nx_sanity_journal_damage(errcode_t err);
+errcode_t nx_sanity_journal_refusal(const char *device, errcode_t err,
+				    int rdonly, int has_snapshot, char *msg,
+				    size_t msglen);
 
 /* See above.  Each adds its worst finding to D and returns its level. */
 enum nx_damage_level nx_sanity_precheck(const char *device,
@@ -73,6 +91,9 @@ enum nx_damage_level nx_sanity_check_layout(ext2_filsys fs,
 					    struct nx_damage *d);
 enum nx_damage_level nx_sanity_check_loaded(ext2_filsys fs,
 					    struct nx_damage *d);
+/* The root directory's inode alone (fatal: reading needs it too). */
+enum nx_damage_level nx_sanity_check_root(ext2_filsys fs,
+					  struct nx_damage *d);
 void nx_sanity_bitmap_problem(ext2_filsys fs, errcode_t err,
 			      struct nx_damage *d);
 

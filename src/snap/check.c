@@ -124,8 +124,13 @@ errcode_t nx_raw_open(const char *device, int mode, struct nx_rawvol **ret,
 		oflags |= EXT2_FLAG_RW;
 	/* A crash's journal first: the tools must see the committed state. */
 	err = nx_txn_replay_device(device, rw, msg, msglen);
-	if (err)
+	if (err) {
+		err = nx_sanity_journal_refusal(device, err, mode != NX_RAW_WRITE,
+				(probe.sb.s_feature_ro_compat &
+				 EXT4_FEATURE_RO_COMPAT_HAS_SNAPSHOT) != 0,
+				msg, msglen);
 		goto fail;
+	}
 	err = ext2fs_open2(device, NULL, oflags, 0, 0, nx_blkio_manager,
 			   &raw->fs);
 	if (err) {

@@ -30,6 +30,7 @@ static void note_fix(struct nx_damage *d, enum nx_damage_level level,
 		return;		/* the first finding of the worst kind stays */
 	d->level = level;
 	vsnprintf(d->problem, sizeof(d->problem), fmt, ap);
+	d->own_fix = fix != NULL;
 	snprintf(d->fix, sizeof(d->fix), "%s", fix ? fix : "");
 }
 
@@ -43,11 +44,8 @@ void nx_damage_note(struct nx_damage *d, enum nx_damage_level level,
 	va_end(ap);
 }
 
-static void note_with_fix(struct nx_damage *d, enum nx_damage_level level,
-			  const char *fix, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
-static void note_with_fix(struct nx_damage *d, enum nx_damage_level level,
-			  const char *fix, const char *fmt, ...)
+void nx_damage_note_fix(struct nx_damage *d, enum nx_damage_level level,
+			const char *fix, const char *fmt, ...)
 {
 	va_list ap;
 
@@ -202,7 +200,7 @@ static void check_device_size(const char *device,
 		snprintf(fix, sizeof(fix), "if the rest is lost: 'truncate -s "
 			 "%llu %s' restores its size (as zeros), then 'e2fsck "
 			 "-f %s'", (unsigned long long)need, device, device);
-	note_with_fix(d, NX_DAMAGE_RW, fix, "the device is %s (%llu bytes) "
+	nx_damage_note_fix(d, NX_DAMAGE_RW, fix, "the device is %s (%llu bytes) "
 		      "but the file system on it needs %s (%llu bytes): a "
 		      "truncated image, or the wrong device", have_s,
 		      (unsigned long long)p->size, need_s,
@@ -349,24 +347,28 @@ static void check_bitmap_marks_metadata(ext2_filsys fs, struct nx_damage *d)
 	}
 }
 
-/* ext4_fill_super: "corrupt root inode, run e2fsck". */
-static void check_root(ext2_filsys fs, struct nx_damage *d)
+/*
+ * ext4_fill_super: "corrupt root inode, run e2fsck" (also for read-only
+ * mounts: without its root a volume is no use).
+ */
+enum nx_damage_level nx_sanity_check_root(ext2_filsys fs, struct nx_damage *d)
 {
 	struct ext2_inode inode;
 	errcode_t err = ext2fs_read_inode(fs, EXT2_ROOT_INO, &inode);
 
 	if (err == EXT2_ET_INODE_CSUM_INVALID)
-		nx_damage_note(d, NX_DAMAGE_RW, "the root directory's inode "
+		nx_damage_note(d, NX_DAMAGE_FATAL, "the root directory's inode "
 			       "has a wrong checksum");
 	else if (err)
-		nx_damage_note(d, NX_DAMAGE_RW, "cannot read the root "
+		nx_damage_note(d, NX_DAMAGE_FATAL, "cannot read the root "
 			       "directory's inode: %s", error_message(err));
 	else if (!LINUX_S_ISDIR(inode.i_mode) || !inode.i_links_count ||
 		 !EXT2_I_SIZE(&inode))
-		nx_damage_note(d, NX_DAMAGE_RW, "the root directory's inode "
+		nx_damage_note(d, NX_DAMAGE_FATAL, "the root directory's inode "
 			       "is corrupt (mode 0%o, %u links, %llu bytes)",
 			       inode.i_mode, inode.i_links_count,
 			       (unsigned long long)EXT2_I_SIZE(&inode));
+	return d->level;
 }
 
 /*
@@ -416,9 +418,37 @@ enum nx_damage_level nx_sanity_check_loaded(ext2_filsys fs,
 					    struct nx_damage *d)
 {
 	check_bitmap_marks_metadata(fs, d);
-	check_root(fs, d);
+	nx_sanity_check_root(fs, d);
 	check_orphans(fs, d);
 	return d->level;
+}
+
+int nx_sanity_journal_damage(errcode_t err)
+{
+	return err == EXT2_ET_CORRUPT_JOURNAL_SB ||
+	       err == EXT2_ET_JOURNAL_FLAGS_WRONG ||
+	       err == EXT2_ET_BAD_BLOCK_NUM ||
+	       err == EXT2_ET_INODE_CSUM_INVALID ||
+	       err == EXT2_ET_BAD_INODE_NUM ||
+	       err == EXT2_ET_SHORT_READ;
+}
+
+errcode_t nx_sanity_journal_refusal(const char *device, errcode_t err,
+				    int rdonly, int has_snapshot, char *msg,
+				    size_t msglen)
+{
+	struct nx_damage d = { 0 };
+	char why[256];
+
+	snprintf(why, sizeof(why), "%s", msg && msg[0] ? msg :
+		 error_message(err));
+	if (!nx_sanity_journal_damage(err)) {
+		nx_set_msg(msg, msglen, "%s: %s", device, why);
+		return err;
+	}
+	nx_damage_note(&d, NX_DAMAGE_RW, "%s", why);
+	return nx_sanity_refusal(device, &d, rdonly, has_snapshot, msg,
+				 msglen);
 }
 
 /* Which group's bitmap made ext2fs_read_bitmaps() fail with ERR? */
@@ -468,8 +498,9 @@ errcode_t nx_sanity_refusal(const char *device, const struct nx_damage *d,
 			    size_t msglen)
 {
 	char fix[512];
+	int reading = d->level == NX_DAMAGE_RW && !rdonly;
 
-	if (d->fix[0])
+	if (d->own_fix)
 		snprintf(fix, sizeof(fix), "%s", d->fix);
 	else if (has_snapshot)
 		snprintf(fix, sizeof(fix), "repair it with 'nextfs check "
@@ -477,12 +508,13 @@ errcode_t nx_sanity_refusal(const char *device, const struct nx_damage *d,
 	else
 		snprintf(fix, sizeof(fix), "repair it with 'e2fsck -f %s'",
 			 device);
-	if (d->level == NX_DAMAGE_FATAL || rdonly)
-		nx_set_msg(msg, msglen, "%s: %s; cannot serve it (%s)", device,
-			   d->problem, fix);
+	if (!reading)
+		nx_set_msg(msg, msglen, "%s: %s; cannot use it%s%s%s", device,
+			   d->problem, fix[0] ? " (" : "", fix,
+			   fix[0] ? ")" : "");
 	else
 		nx_set_msg(msg, msglen, "%s: %s; refusing to write to it "
-			   "(mount it with -o ro to read it; %s)", device,
-			   d->problem, fix);
+			   "(mount it with -o ro to read it%s%s)", device,
+			   d->problem, fix[0] ? "; " : "", fix);
 	return EXT2_ET_FILESYSTEM_CORRUPTED;
 }

@@ -116,51 +116,45 @@ static void describe_features(char *buf, size_t len, int type, uint32_t mask)
 
 /*
  * Refuse what we cannot serve.  Checked on the raw superblock before
- * libext2fs gets to decide, so that the user gets the precise reason.
+ * libext2fs gets to decide (and again after a journal replay), so that
+ * the user gets the precise reason.  Features are no damage: there is
+ * nothing to repair, only -o ro to offer.
  */
-static errcode_t check_features(struct ext2_super_block *sb, int rdonly,
-				char *msg, size_t msglen)
+static void check_features(struct ext2_super_block *sb, int rdonly,
+			   struct nx_damage *dmg)
 {
 	uint32_t incompat_ok = rdonly ? NX_RO_INCOMPAT : NX_RW_INCOMPAT;
 	char names[256];
 	uint32_t bad;
 
 	/* needs_recovery: replay_journal() has dealt with it. */
-	if (sb->s_feature_ro_compat & EXT4_FEATURE_RO_COMPAT_ORPHAN_PRESENT &&
-	    !rdonly) {
-		nx_set_msg(msg, msglen, "the volume has orphan inodes pending; "
-			"run 'e2fsck -fy' on it and try again");
-		return EXT2_ET_UNSUPP_FEATURE;
-	}
 	bad = sb->s_feature_incompat & ~incompat_ok;
 	if (bad) {
 		describe_features(names, sizeof(names), 1, bad);
-		nx_set_msg(msg, msglen, "unsupported incompatible feature(s): %s",
-			names);
-		return EXT2_ET_UNSUPP_FEATURE;
+		nx_damage_note_fix(dmg, NX_DAMAGE_FATAL, "", "unsupported "
+				   "incompatible feature(s): %s", names);
+		return;
 	}
 	if (rdonly)
-		return 0;
+		return;
+	if (sb->s_feature_ro_compat & EXT4_FEATURE_RO_COMPAT_ORPHAN_PRESENT)
+		nx_damage_note(dmg, NX_DAMAGE_RW, "the volume has orphan inodes "
+			       "pending in its orphan file");
 	bad = sb->s_feature_ro_compat & ~NX_RW_RO_COMPAT;
 	if (bad) {
 		describe_features(names, sizeof(names), 2, bad);
-		nx_set_msg(msg, msglen, "cannot write a volume with feature(s): %s "
-			"(mount it with -o ro)", names);
-		return EXT2_ET_RO_UNSUPP_FEATURE;
+		nx_damage_note_fix(dmg, NX_DAMAGE_RW, "", "nextfs cannot write "
+				   "a volume with feature(s): %s", names);
 	}
 	bad = sb->s_feature_compat & ~NX_RW_COMPAT;
 	if (bad) {
 		describe_features(names, sizeof(names), 0, bad);
-		nx_set_msg(msg, msglen, "cannot write a volume with feature(s): %s "
-			"(mount it with -o ro)", names);
-		return EXT2_ET_RO_UNSUPP_FEATURE;
+		nx_damage_note_fix(dmg, NX_DAMAGE_RW, "", "nextfs cannot write "
+				   "a volume with feature(s): %s", names);
 	}
-	if (sb->s_state & EXT2_ERROR_FS) {
-		nx_set_msg(msg, msglen, "the volume is marked as having errors; "
-			"run 'e2fsck -f' on it first (or mount with -o ro)");
-		return EXT2_ET_FILESYSTEM_CORRUPTED;
-	}
-	return 0;
+	if (sb->s_state & EXT2_ERROR_FS)
+		nx_damage_note(dmg, NX_DAMAGE_RW, "the volume is marked as "
+			       "having errors");
 }
 
 static errcode_t check_not_mounted(struct nx_volume *vol, char *msg,
@@ -223,8 +217,8 @@ static errcode_t read_bitmaps(struct nx_volume *vol, struct nx_damage *dmg)
 	return err;
 }
 
-static errcode_t open_fs(struct nx_volume *vol, struct nx_damage *dmg,
-			 char *msg, size_t msglen)
+static errcode_t open_fs(struct nx_volume *vol, struct nx_probe *probe,
+			 struct nx_damage *dmg, char *msg, size_t msglen)
 {
 	int oflags = EXT2_FLAG_64BITS | EXT2_FLAG_FORCE | EXT2_FLAG_SKIP_MMP;
 	struct ext2_super_block *sb;
@@ -237,7 +231,10 @@ static errcode_t open_fs(struct nx_volume *vol, struct nx_damage *dmg,
 	err = nx_txn_replay_device(vol->device, !nx_volume_rdonly(vol), msg,
 				   msglen);
 	if (err)
-		return err;
+		return nx_sanity_journal_refusal(vol->device, err,
+				nx_volume_rdonly(vol),
+				ext2fs_has_feature_has_snapshot(&probe->sb),
+				msg, msglen);
 	err = ext2fs_open2(vol->device, NULL, oflags, 0, 0, nx_blkio_manager,
 			   &vol->fs);
 	if (err) {
@@ -254,10 +251,8 @@ static errcode_t open_fs(struct nx_volume *vol, struct nx_damage *dmg,
 	 */
 	vol->fs->flags |= EXT2_FLAG_MASTER_SB_ONLY;
 	/* Again: the replay may have brought back another superblock. */
-	err = check_features(sb, nx_volume_rdonly(vol), msg, msglen);
-	if (err)
-		return err;
-	if (nx_sanity_check_layout(vol->fs, dmg))
+	check_features(sb, nx_volume_rdonly(vol), dmg);
+	if (dmg->level || nx_sanity_check_layout(vol->fs, dmg))
 		return EXT2_ET_FILESYSTEM_CORRUPTED;
 	vol->io = nx_blkio_from_channel(vol->fs->io);
 	nx_blkio_set_unit(vol->io, vol->fs->blocksize);
@@ -265,7 +260,8 @@ static errcode_t open_fs(struct nx_volume *vol, struct nx_damage *dmg,
 	if (err)
 		return err;
 	if (nx_volume_rdonly(vol))
-		return 0;
+		return nx_sanity_check_root(vol->fs, dmg) ?
+		       EXT2_ET_FILESYSTEM_CORRUPTED : 0;
 	/* Before anything is written, and before the orphans are freed. */
 	if (nx_sanity_check_loaded(vol->fs, dmg))
 		return EXT2_ET_FILESYSTEM_CORRUPTED;
@@ -292,10 +288,9 @@ static errcode_t precheck(struct nx_volume *vol, struct nx_probe *probe,
 	err = nx_probe_device(vol->device, rdonly, probe, msg, msglen);
 	if (err)
 		return err;
-	err = check_features(&probe->sb, rdonly, msg, msglen);
-	if (err)
-		return err;
-	nx_sanity_precheck(vol->device, probe, dmg);
+	check_features(&probe->sb, rdonly, dmg);
+	if (dmg->level != NX_DAMAGE_FATAL)
+		nx_sanity_precheck(vol->device, probe, dmg);
 	if (dmg->level == NX_DAMAGE_RW && rdonly) {
 		fprintf(stderr, "nextfs: %s: warning: %s; reading it as it "
 			"is\n", vol->device, dmg->problem);
@@ -323,6 +318,15 @@ static errcode_t free_orphans(struct nx_volume *vol, char *msg, size_t msglen)
 		fprintf(stderr, "nextfs: %s: freed %u orphan inode(s)\n",
 			vol->device, freed);
 	return err;
+}
+
+/* The one line for a volume refused because of DMG. */
+static errcode_t refuse(struct nx_volume *vol, const struct nx_damage *dmg,
+			struct nx_probe *probe, char *msg, size_t msglen)
+{
+	return nx_sanity_refusal(vol->device, dmg, nx_volume_rdonly(vol),
+				 ext2fs_has_feature_has_snapshot(&probe->sb),
+				 msg, msglen);
 }
 
 /* Let go of the device (the claim, then the lock) and free VOL. */
@@ -374,12 +378,9 @@ errcode_t nx_volume_open(const char *device, int flags,
 	}
 	err = precheck(vol, &probe, &dmg, msg, msglen);
 	if (!err)
-		err = open_fs(vol, &dmg, msg, msglen);
+		err = open_fs(vol, &probe, &dmg, msg, msglen);
 	if (err && dmg.level)
-		err = nx_sanity_refusal(vol->device, &dmg,
-					nx_volume_rdonly(vol),
-					ext2fs_has_feature_has_snapshot(&probe.sb),
-					msg, msglen);
+		err = refuse(vol, &dmg, &probe, msg, msglen);
 	if (err)
 		goto fail;
 	err = nx_snap_attach(vol, msg, msglen);
@@ -393,9 +394,9 @@ errcode_t nx_volume_open(const char *device, int flags,
 	if (!nx_volume_rdonly(vol)) {
 		err = nx_txn_start(vol, msg, msglen);
 		if (err) {
-			if (msg && !msg[0])
-				nx_set_msg(msg, msglen, "%s: %s", vol->device,
-					   error_message(err));
+			err = nx_sanity_journal_refusal(vol->device, err, 0,
+				ext2fs_has_feature_has_snapshot(&probe.sb),
+				msg, msglen);
 			goto fail;
 		}
 	}
