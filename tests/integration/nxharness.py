@@ -249,6 +249,7 @@ class Mount:
         self.user = user        # (uid, gid) for an unprivileged mount
         self.proc = None
         self.killed = False     # daemon killed on purpose by the test
+        self.expect_status = 0  # the daemon's exit status the test wants
         self.log_start = 0      # this daemon's part of the (shared) log
 
     def p(self, *parts):
@@ -396,7 +397,7 @@ class Mount:
                             'killed' % timeout)
             self.kill()
         rc = self.proc.returncode
-        if rc != 0 and not self.killed:
+        if rc != self.expect_status and not self.killed:
             problems.append('daemon exited with status %d (%s)\n%s' %
                             (rc, ('signal %d' % -rc) if rc < 0 else 'error',
                              self.log_tail()))
