@@ -52,7 +52,12 @@ static void usage(FILE *out)
 		"\n"
 		"Run 'nextfs COMMAND --help' for a command's options.\n"
 		"Exit status: 0 success, 1 failure (nothing changed), 2 usage\n"
-		"(check: as e2fsck, see 'nextfs check --help').\n");
+		"(check: as e2fsck; umount: 3 when the daemon ended badly; see\n"
+		"'nextfs COMMAND --help').\n"
+		"\n"
+		"Unmount with 'nextfs umount MNT': unlike fusermount3 -u it returns\n"
+		"only when the volume is written back, so 'nextfs umount MNT &&\n"
+		"e2fsck -fn IMAGE' checks the final image.\n");
 }
 
 int main(int argc, char **argv)
