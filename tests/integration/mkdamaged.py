@@ -32,6 +32,8 @@ import subprocess
 import sys
 import tempfile
 
+import nxsnap
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 SRCROOT = os.path.dirname(os.path.dirname(HERE))
 
@@ -50,27 +52,6 @@ def debugfs_path():
 def mkimages_path():
     return os.environ.get('NEXTFS_MKIMAGES') or \
         os.path.join(SRCROOT, 'images', 'mkimages.sh')
-
-
-# ------------------------------------------------------------ crc32c
-
-def _table():
-    t = []
-    for i in range(256):
-        c = i
-        for _ in range(8):
-            c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
-        t.append(c)
-    return t
-
-
-_T = _table()
-
-
-def crc32c(crc, data):
-    for b in data:
-        crc = _T[(crc ^ b) & 0xff] ^ (crc >> 8)
-    return crc
 
 
 # ------------------------------------------------------------ raw access
@@ -126,7 +107,7 @@ class Image:
         if self.csum:
             sb = self.read(SB_OFF, 1024)
             self.write(SB_OFF + 0x3FC,
-                       struct.pack('<I', crc32c(0xFFFFFFFF, sb[:0x3FC])))
+                       struct.pack('<I', nxsnap.crc32c_raw(sb[:0x3FC])))
 
     def inode_offset(self, ino):
         g, i = divmod(ino - 1, self.inodes_per_group)
