@@ -58,10 +58,14 @@ struct nx_holder;
 
 /*
  * Bind the channels of DEVICE and of the mount at MOUNTPOINT (found in
- * /proc/self/mountinfo) and start answering.  A name that cannot be bound
- * (taken, no abstract sockets) is left out; NULL if neither could.
+ * /proc/self/mountinfo): right after mounting, so that no client finds
+ * the mount without them.  A name that cannot be bound (taken, no
+ * abstract sockets) is left out; NULL if neither could.  Then, in the
+ * process that serves (after daemonising: a fork keeps no threads),
+ * nx_holder_serve() starts answering; clients queue until then.
  */
 struct nx_holder *nx_holder_start(const char *device, const char *mountpoint);
+int nx_holder_serve(struct nx_holder *h);
 /* The session has ended; tell the clients.  H may be NULL. */
 void nx_holder_finishing(struct nx_holder *h);
 /* Closed and released: tell the clients STATUS and MSG, hang up, free. */

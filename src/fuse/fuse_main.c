@@ -420,6 +420,7 @@ int nx_fuse_main(const struct nx_fuse_config *cfg)
 	if (mount_session(se, &fs, cfg) != 0)
 		goto out;
 	mounted = 1;
+	life.holder = nx_holder_start(cfg->device, cfg->mountpoint);
 	if (fuse_daemonize(cfg->foreground) != 0) {
 		nx_err("cannot go to the background");
 		goto out;
@@ -427,7 +428,9 @@ int nx_fuse_main(const struct nx_fuse_config *cfg)
 	if (!cfg->foreground)
 		go_background();
 	/* After daemonizing: a fork keeps only the calling thread. */
-	life.holder = nx_holder_start(cfg->device, cfg->mountpoint);
+	if (nx_holder_serve(life.holder) != 0 && life.holder)
+		nx_err("cannot answer on the status channel; nextfs umount "
+		       "will wait for the volume lock instead");
 	if (nx_fuse_committer_start(&fs) != 0)
 		nx_err("cannot start the commit timer; changes become durable "
 		       "at fsync and unmount only");

@@ -180,6 +180,8 @@ struct nx_holder {
 	int nlisten;
 	int wake[2];			/* pipe: the state changed */
 	pthread_mutex_t mu;
+	int mu_ready, running;
+	char *device, *mountpoint;
 	enum nx_holder_state state;	/* under mu */
 	int status;			/* under mu */
 	char msg[512];			/* under mu */
@@ -343,9 +345,23 @@ static void close_listeners(struct nx_holder *h)
 	h->nlisten = 0;
 }
 
+static void free_holder(struct nx_holder *h)
+{
+	close_listeners(h);
+	if (h->wake[0] >= 0) {
+		close(h->wake[0]);
+		close(h->wake[1]);
+	}
+	if (h->mu_ready)
+		pthread_mutex_destroy(&h->mu);
+	free(h->device);
+	free(h->mountpoint);
+	free(h);
+}
+
 struct nx_holder *nx_holder_start(const char *device, const char *mountpoint)
 {
-	char key[NX_HOLDER_KEY_MAX], *dev, *mnt;
+	char key[NX_HOLDER_KEY_MAX];
 	struct nx_mountinfo mi;
 	struct nx_holder *h = calloc(1, sizeof(*h));
 
@@ -353,36 +369,49 @@ struct nx_holder *nx_holder_start(const char *device, const char *mountpoint)
 		return NULL;
 	h->wake[0] = h->wake[1] = -1;
 	h->state = NX_HOLDER_SERVING;
-	pthread_mutex_init(&h->mu, NULL);
+	h->device = strdup(device);
+	h->mountpoint = strdup(mountpoint);
 	if (nx_holder_volume_key(device, key, sizeof(key)) == 0)
 		listen_on(h, key);
 	if (nx_mountinfo_find(mountpoint, &mi) == 0) {
 		nx_holder_mount_key(mi.major, mi.minor, key, sizeof(key));
 		listen_on(h, key);
 	}
-	dev = malloc(4 * PATH_MAX);
-	mnt = malloc(4 * PATH_MAX);
+	if (!h->nlisten || !h->device || !h->mountpoint ||
+	    pipe2(h->wake, O_CLOEXEC | O_NONBLOCK) != 0) {
+		free_holder(h);
+		return NULL;
+	}
+	return h;
+}
+
+/* The "serving" line: in the process that answers (after a fork). */
+static int make_hello(struct nx_holder *h)
+{
+	char *dev = malloc(4 * PATH_MAX), *mnt = malloc(4 * PATH_MAX);
+
 	if (dev && mnt) {
-		escape_field(dev, 4 * PATH_MAX, device);
-		escape_field(mnt, 4 * PATH_MAX, mountpoint);
+		escape_field(dev, 4 * PATH_MAX, h->device);
+		escape_field(mnt, 4 * PATH_MAX, h->mountpoint);
 		snprintf(h->hello, sizeof(h->hello), "serving %ld %s %s\n",
 			 (long)getpid(), dev, mnt);
 	}
 	free(dev);
 	free(mnt);
-	if (!h->nlisten || !h->hello[0] ||
-	    pipe2(h->wake, O_CLOEXEC | O_NONBLOCK) != 0 ||
-	    pthread_create(&h->thread, NULL, holder_main, h) != 0) {
-		close_listeners(h);
-		if (h->wake[0] >= 0) {
-			close(h->wake[0]);
-			close(h->wake[1]);
-		}
-		pthread_mutex_destroy(&h->mu);
-		free(h);
-		return NULL;
-	}
-	return h;
+	return h->hello[0] ? 0 : -1;
+}
+
+int nx_holder_serve(struct nx_holder *h)
+{
+	if (!h)
+		return -1;
+	pthread_mutex_init(&h->mu, NULL);
+	h->mu_ready = 1;
+	if (make_hello(h) != 0 ||
+	    pthread_create(&h->thread, NULL, holder_main, h) != 0)
+		return -1;
+	h->running = 1;
+	return 0;
 }
 
 static void set_state(struct nx_holder *h, enum nx_holder_state state,
@@ -390,6 +419,8 @@ static void set_state(struct nx_holder *h, enum nx_holder_state state,
 {
 	ssize_t ignored;
 
+	if (!h->running)
+		return;
 	pthread_mutex_lock(&h->mu);
 	if (h->state < state) {
 		h->state = state;
@@ -411,13 +442,11 @@ void nx_holder_done(struct nx_holder *h, int status, const char *msg)
 {
 	if (!h)
 		return;
-	set_state(h, NX_HOLDER_DONE, status, msg);
-	pthread_join(h->thread, NULL);
-	close_listeners(h);
-	close(h->wake[0]);
-	close(h->wake[1]);
-	pthread_mutex_destroy(&h->mu);
-	free(h);
+	if (h->running) {
+		set_state(h, NX_HOLDER_DONE, status, msg);
+		pthread_join(h->thread, NULL);
+	}
+	free_holder(h);
 }
 
 /* ------------------------------------------------------------------ */
