@@ -13,9 +13,13 @@ features, the error state.  For each image:
   byte-identical;
 - with -o ro it is served (or, where even reading is impossible, refused
   the same way), and still stays byte-identical;
-- the repair the line advises works: after it, nextfs opens the volume
-  read-write again (a snapshot taken and deleted offline) and e2fsck -fn
-  finds it clean.
+- the repair the line advises works: after it e2fsck -fn finds the
+  volume clean and nextfs opens it read-write again (a snapshot taken
+  offline).
+
+Reading and repairing are checked on the ext4 images (each kind of damage
+is there); the ext3 and ext2 ones, with other layouts, are checked for
+the refusal and for staying unchanged.
 
 The corpus does not depend on the flavour: this script runs once.
 """
@@ -60,11 +64,21 @@ def sha256(path):
     return h.hexdigest()
 
 
+def corpus_root():
+    """Where the corpus goes: tmpfs if there is one (every write-back and
+    repair syncs, and syncs on tmpfs cost nothing), unless the tests were
+    given a directory."""
+    if not os.environ.get('NEXTFS_TEST_TMPDIR') and \
+            os.access('/dev/shm', os.W_OK | os.X_OK):
+        return '/dev/shm'
+    return nx.tmp_root()
+
+
 class DamagedTest(nx.NxTestCase):
 
     @classmethod
     def setUpClass(cls):
-        cls.corpus = tempfile.mkdtemp(prefix='nxdamaged.', dir=nx.tmp_root())
+        cls.corpus = tempfile.mkdtemp(prefix='nxdamaged.', dir=corpus_root())
         os.chmod(cls.corpus, 0o755)
         nx.run([sys.executable, os.path.join(HERE, 'mkdamaged.py'),
                 cls.corpus])
@@ -119,18 +133,20 @@ class DamagedTest(nx.NxTestCase):
 
     def repair(self, image, line, exp):
         """Apply the advised fix to a copy; nextfs must then write it."""
-        copy = os.path.join(self.work, 'fixed.img')
+        copy = os.path.join(self.corpus, 'fixed.img')
         nx.run(['cp', '--sparse=always', image, copy])
-        if exp['fix'] == 'truncate':
-            size = int(re.search(r"'truncate -s (\d+) ", line).group(1))
-            os.truncate(copy, size)
-        p = nx.run([nx.E2FSCK, '-fy', copy], check=False)
-        self.assertIn(p.returncode, (0, 1), p.stdout)
-        nextfs = nx.tool_path()
-        nx.run([nextfs, 'snapshot', 'take', copy, 'after-repair'])
-        nx.run([nextfs, 'snapshot', 'delete', copy, 'after-repair'])
-        rc, out = nx.fsck(copy)
-        self.assertEqual(rc, 0, out)
+        try:
+            if exp['fix'] == 'truncate':
+                size = int(re.search(r"'truncate -s (\d+) ", line).group(1))
+                os.truncate(copy, size)
+            p = nx.run([nx.E2FSCK, '-fy', copy], check=False)
+            self.assertIn(p.returncode, (0, 1), p.stdout)
+            rc, out = nx.fsck(copy)
+            self.assertEqual(rc, 0, out)
+            # Accepted for writing again (an offline read-write open).
+            nx.run([nx.tool_path(), 'snapshot', 'take', copy, 'repaired'])
+        finally:
+            os.unlink(copy)
 
     def test_corpus(self):
         self.assertGreaterEqual(len(self.manifest), 20)
@@ -142,6 +158,8 @@ class DamagedTest(nx.NxTestCase):
                 self.check_refusal(line, image, exp, False)
                 self.assertEqual(sha256(image), before,
                                  'refusing %s changed it' % name)
+                if exp['flavour'] != 'ext4':
+                    continue    # the same damage on ext4 covers the rest
                 if exp['ro']:
                     self.serve_read_only(image, exp)
                 else:
