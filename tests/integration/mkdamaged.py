@@ -154,6 +154,7 @@ def journal_block(path):
 # usable as a fuzz seed (the image keeps its size).
 
 DAMAGES = []
+DAMAGES_BY_NAME = {}
 
 
 def damage(name, say, ro=True, fix='e2fsck', applies=lambda im: True,
@@ -161,6 +162,7 @@ def damage(name, say, ro=True, fix='e2fsck', applies=lambda im: True,
     def reg(fn):
         DAMAGES.append(dict(name=name, say=say, ro=ro, fix=fix,
                             applies=applies, make=fn, same_size=same_size))
+        DAMAGES_BY_NAME[name] = fn
         return fn
     return reg
 

@@ -34,6 +34,7 @@ import sys
 import tempfile
 import unittest
 
+import mkdamaged
 import nxharness as nx
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -169,6 +170,25 @@ class DamagedTest(nx.NxTestCase):
                                  'reading %s changed it' % name)
                 if exp['fix']:
                     self.repair(image, line, exp)
+
+    def test_with_snapshots_the_fix_is_nextfs_check(self):
+        """Stock e2fsck refuses volumes with snapshots: the refusal
+        advises nextfs check --repair, and that repairs it."""
+        img = os.path.join(self.corpus, 'snap.img')
+        nx.make_image(img, 'ext4', '136M')
+        nextfs = nx.tool_path()
+        nx.run([nextfs, 'snapshot', 'take', img, 'before'])
+        mkdamaged.DAMAGES_BY_NAME['desc-csum'](mkdamaged.Image(img))
+        before = sha256(img)
+        line = self.refused(img)
+        self.assertIn("group descriptor 0's checksum is wrong", line)
+        self.assertIn("repair it with 'nextfs check --repair %s'" % img,
+                      line)
+        self.assertEqual(sha256(img), before)
+        p = nx.run([nextfs, 'check', '--repair', img], check=False)
+        self.assertEqual(p.returncode, 1, p.stdout)     # fixed, none left
+        nx.run([nextfs, 'snapshot', 'take', img, 'after'])
+        nx.run([nextfs, 'check', img])
 
 
 if __name__ == '__main__':
