@@ -117,7 +117,7 @@ static int is_nextfs_type(const char *fstype)
 	       !strcmp(fstype, "fuseblk.nextfs");
 }
 
-/* The daemon's channel for this mount, if it answers: "serving". */
+/* The daemon's channel for this mount, if it answers. */
 static void connect_daemon(struct umount_ctx *u)
 {
 	char key[NX_HOLDER_KEY_MAX];
@@ -126,8 +126,10 @@ static void connect_daemon(struct umount_ctx *u)
 	if (!c)
 		return;
 	nx_holder_mount_key(u->mi.major, u->mi.minor, key, sizeof(key));
+	/* It may already be finishing (its lines can come together). */
 	if (nx_holder_connect(key, u->mi.owner, c) == 0 &&
-	    nx_holder_next(c, 2000) == 0 && c->state == NX_HOLDER_SERVING) {
+	    nx_holder_next(c, 2000) == 0 && c->state != NX_HOLDER_NONE &&
+	    c->state != NX_HOLDER_GONE) {
 		u->conn = c;
 		return;
 	}

@@ -232,7 +232,7 @@ static void format_state(struct nx_holder *h, enum nx_holder_state state,
 static void accept_client(struct nx_holder *h, int lfd,
 			  enum nx_holder_state state)
 {
-	char line[sizeof(((struct nx_holder_conn *)0)->msg) * 3 + 32];
+	char line[3 * sizeof(h->msg) + 32];
 	int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
 
 	if (fd < 0)

@@ -200,7 +200,7 @@ errcode_t nx_probe_device(const char *device, int rdonly, struct nx_probe *p,
 	}
 	if (got < SUPERBLOCK_OFFSET + SUPERBLOCK_SIZE) {
 		err = not_ext(device, buf, got, msg, msglen);
-		if (!strstr(msg, "signature"))
+		if (msg && !strstr(msg, "signature"))
 			nx_set_msg(msg, msglen, "%s is too small (%zu bytes) "
 				   "to hold an ext2/3/4 file system", device,
 				   got);
