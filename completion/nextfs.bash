@@ -102,6 +102,7 @@ _nextfs_arg_kinds()
 	diff)			echo target snap snap ;;
 	restore)		echo image snap ;;
 	version)		echo ;;
+	umount)			echo dir ;;
 	*)			echo target target target ;;
 	esac
 }

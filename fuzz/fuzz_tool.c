@@ -14,6 +14,11 @@
  *       Run patch programs as the fuzzer does and print what the browse saw.
  *   nextfs-fuzz-tool materialize INPUT OUT.img
  *       Write the image a patch program produces (regression images).
+ *   nextfs-fuzz-tool seed BASE-NAME DAMAGED.img OUT
+ *       The patch program that turns base BASE-NAME into DAMAGED.img (of
+ *       the same size): raw records, checksums left as they are, written
+ *       as OUT (read-only open) and OUT-rw (read-write session).  How
+ *       mkseeds.sh feeds tests/integration/mkdamaged.py's damage in.
  *   nextfs-fuzz-tool browse IMAGE...
  *       Open whole images read-only and browse them.
  *   nextfs-fuzz-tool rw IMAGE...
@@ -252,11 +257,84 @@ static int cmd_rw(int argc, char **argv)
 	return bad;
 }
 
+/* Raw records (op 2) for the bytes where IMG differs from base B. */
+static size_t diff_records(const struct fz_base *b, const unsigned char *img,
+			   uint8_t *out, size_t cap)
+{
+	size_t pos = 0, i = 0, n, last, k;
+	int records = 0;
+
+	while (i < b->size) {
+		if (img[i] == b->img[i]) {
+			i++;
+			continue;
+		}
+		/* Up to 32 bytes from here, ending at the last that differs. */
+		n = b->size - i < 32 ? b->size - i : 32;
+		for (last = 0, k = 0; k < n; k++)
+			if (img[i + k] != b->img[i + k])
+				last = k;
+		n = last + 1;
+		if (records == FZ_MAX_RECORDS || pos + FZ_RECORD_HDR + n > cap)
+			return 0;
+		out[pos++] = 2;
+		out[pos++] = (uint8_t)(i >> 16);
+		out[pos++] = (uint8_t)(i >> 24);
+		out[pos++] = (uint8_t)i;
+		out[pos++] = (uint8_t)(i >> 8);
+		out[pos++] = (uint8_t)(n - 1);
+		memcpy(out + pos, img + i, n);
+		pos += n;
+		records++;
+		i += n;
+	}
+	return pos;
+}
+
+static int cmd_seed(struct fz_state *s, const char *base, const char *image,
+		    const char *out)
+{
+	uint8_t prog[FZ_HEADER + FZ_MAX_RECORDS * (FZ_RECORD_HDR + 32)];
+	char path[4096];
+	unsigned char *img;
+	size_t len = 0, n;
+	int i, ret = 2;
+
+	for (i = 0; i < s->nbases && strcmp(s->bases[i].name, base); i++)
+		;
+	img = read_input(image, &len);
+	if (i == s->nbases || !img || len != s->bases[i].size) {
+		fprintf(stderr, "nextfs-fuzz-tool: %s: no base %s of that "
+			"size\n", image, base);
+		goto out;
+	}
+	n = diff_records(&s->bases[i], img, prog + FZ_HEADER,
+			 sizeof(prog) - FZ_HEADER);
+	if (!n) {
+		fprintf(stderr, "nextfs-fuzz-tool: %s differs from %s in no "
+			"byte, or in too many for one input\n", image, base);
+		goto out;
+	}
+	prog[0] = (uint8_t)i;
+	prog[1] = FZ_FLAG_STALE;
+	snprintf(path, sizeof(path), "%s", out);
+	if (write_file(path, prog, FZ_HEADER + n))
+		goto out;
+	prog[1] = FZ_FLAG_STALE | FZ_FLAG_RW;
+	snprintf(path, sizeof(path), "%s-rw", out);
+	if (write_file(path, prog, FZ_HEADER + n))
+		goto out;
+	ret = 0;
+out:
+	free(img);
+	return ret;
+}
+
 static int usage(void)
 {
 	fprintf(stderr, "usage: nextfs-fuzz-tool describe | regions BASE | "
 		"corpus DIR | run INPUT... | materialize INPUT OUT.img | "
-		"browse IMAGE... | rw IMAGE...\n");
+		"seed BASE DAMAGED.img OUT | browse IMAGE... | rw IMAGE...\n");
 	return 2;
 }
 
@@ -283,6 +361,8 @@ int main(int argc, char **argv)
 		ret = cmd_corpus(&s, argv[2]);
 	} else if (!strcmp(argv[1], "run")) {
 		ret = cmd_run(&s, argc - 2, argv + 2);
+	} else if (!strcmp(argv[1], "seed") && argc == 5) {
+		ret = cmd_seed(&s, argv[2], argv[3], argv[4]);
 	} else if (!strcmp(argv[1], "materialize") && argc == 4) {
 		in = read_input(argv[2], &len);
 		if (!in || fz_materialize(&s, in, len, argv[3])) {

@@ -1,7 +1,7 @@
 #!/bin/bash
 # mkseeds.sh - make the fuzzer's base images and initial corpus.
 #
-#   fuzz/mkseeds.sh WORKLOAD TOOL MKIMAGES OUTDIR
+#   fuzz/mkseeds.sh WORKLOAD TOOL MKIMAGES OUTDIR [MKDAMAGED]
 #
 # WORKLOAD is nextfs-fuzz-workload, TOOL nextfs-fuzz-tool, MKIMAGES the
 # project's images/mkimages.sh.  Writes OUTDIR/bases/*.img (small 1 KiB
@@ -9,11 +9,13 @@
 # (one no-op patch program per base and metadata kind), then touches
 # OUTDIR/seeds.stamp.  meson runs this at build time with -Dfuzz=true.
 # Bases 08-10 are left with a journal to replay and an orphan (see the
-# "crash" and "orphan:" steps of nextfs-fuzz-workload).
+# "crash" and "orphan:" steps of nextfs-fuzz-workload).  With MKDAMAGED
+# (tests/integration/mkdamaged.py), the corpus also gets the damage the
+# kernel refuses at mount, made on bases 00-03, as patch programs.
 set -euo pipefail
 
-[ $# -eq 4 ] || { sed -n '2,12s/^# \{0,1\}//p' "$0" >&2; exit 2; }
-WORKLOAD=$1 TOOL=$2 MKIMAGES=$3 OUT=$4
+[ $# -eq 4 ] || [ $# -eq 5 ] || { sed -n '2,14s/^# \{0,1\}//p' "$0" >&2; exit 2; }
+WORKLOAD=$1 TOOL=$2 MKIMAGES=$3 OUT=$4 MKDAMAGED=${5:-}
 E2FSCK=${E2FSCK:-$(command -v e2fsck || echo /sbin/e2fsck)}
 
 # Leaks are reported by the sanitizer build but must not stop the build.
@@ -82,5 +84,21 @@ base 10-ext4-snap-replay ext4		3M	"-J size=1" \
 	take:first churn:1 orphan:held crash churn:2
 
 NEXTFS_FUZZ_BASES=$OUT/bases "$TOOL" corpus "$OUT/corpus"
+
+# Damaged seeds: each kind of damage of mkdamaged.py that keeps the size,
+# on the bases without snapshots, as the patch program from the base.
+if [ -n "$MKDAMAGED" ]; then
+	dmg=$OUT/damaged.tmp
+	rm -rf -- "$dmg"
+	for b in 00-ext2 01-ext3 02-ext4 03-ext4-inline; do
+		python3 "$MKDAMAGED" --same-size "$OUT/bases/$b.img" "$dmg" |
+		while read -r img; do
+			name=$(basename "$img" .img)
+			NEXTFS_FUZZ_BASES=$OUT/bases "$TOOL" seed "$b.img" \
+				"$img" "$OUT/corpus/damaged-$name"
+		done
+	done
+	rm -rf -- "$dmg"
+fi
 NEXTFS_FUZZ_BASES=$OUT/bases "$TOOL" describe >"$OUT/bases/README"
 touch "$OUT/seeds.stamp"

@@ -13,6 +13,8 @@
  *     units of UNIT bytes) fail with EIO;
  *   - "slow_read": reads done outside the volume lock (blkio.h) first
  *     sleep USEC microseconds, which widens the races they must survive;
+ *   - "slow_sync": every device sync first sleeps USEC microseconds (a
+ *     slow disk: unmount takes a while to write everything back);
  * Without a plan (the default) nothing is changed.  The decision
  * functions are called by blkio.c only; they count, they do no I/O.
  *
@@ -20,6 +22,7 @@
  *   cut=N[:drop|:eio|:enospc]   (default drop)
  *   read_eio=FIRST[+COUNT]      (COUNT default 1; block units of unit=)
  *   slow_read=USEC
+ *   slow_sync=USEC
  *   unit=BYTES                  (default 4096)
  * joined with ',' e.g. "cut=120:drop" or "read_eio=300+4,unit=1024".
  */
@@ -41,6 +44,7 @@ struct nx_faults {
 	uint64_t read_eio_first, read_eio_count;	/* in UNIT blocks */
 	uint32_t unit;
 	uint64_t slow_read_us;	/* sleep before each shared read */
+	uint64_t slow_sync_us;	/* sleep before each device sync */
 	/* state */
 	uint64_t writes_done;	/* device writes let through so far */
 	uint64_t writes_cut;	/* device writes dropped or failed */
@@ -59,6 +63,8 @@ int nx_faults_on_read(struct nx_faults *f, uint64_t off, uint64_t len);
 int nx_faults_on_sync(struct nx_faults *f);
 /* Sleep as "slow_read" says (called outside the volume lock). */
 void nx_faults_slow_shared_read(const struct nx_faults *f);
+/* Sleep as "slow_sync" says (before a device sync). */
+void nx_faults_slow_sync(const struct nx_faults *f);
 
 /* Has the cut happened (a write was dropped or failed)? */
 static inline int nx_faults_cut(const struct nx_faults *f)

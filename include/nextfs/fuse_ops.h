@@ -151,6 +151,8 @@ struct nx_fuse_config {
 	int rdonly;			/* -o ro */
 	int foreground;			/* -f (or -d) */
 	int singlethread;		/* -s */
+	int blkdev;			/* mount as fuseblk: the kernel claims
+					   the device, umount waits for us */
 	unsigned read_ahead_kb;		/* -o read_ahead_kb=N; 0 = kernel's */
 	int read_ahead_given;		/* ... named by the user: warn if unset */
 	int fakeroot;			/* -o fakeroot: see idmap.h */
@@ -159,8 +161,9 @@ struct nx_fuse_config {
 
 /*
  * Create the session (validates FUSE options), open the volume, mount,
- * daemonise unless foreground, serve until unmount or signal, unmount,
- * close the volume.  Errors are printed as one "nextfs-fuse: ..." line.
+ * daemonise unless foreground, keep the status channel (holder.h), serve
+ * until unmount or signal, unmount, close the volume, tell the channel
+ * how it ended.  Errors are printed as one "nextfs-fuse: ..." line.
  * Returns an NX_EXIT_* status.
  */
 int nx_fuse_main(const struct nx_fuse_config *cfg);

@@ -68,15 +68,21 @@ struct nx_rawvol {
 	ext2_filsys fs;			/* owned */
 	char *device;			/* owned */
 	int lock_fd;			/* holds the volume lock */
+	int claim_fd;			/* O_EXCL claim of a block device (rw) */
 	int rw;
 };
 
+/* nx_raw_open() modes (0: read-only). */
+#define NX_RAW_WRITE	1	/* write; damaged volumes refused (sanity.h) */
+#define NX_RAW_REPAIR	2	/* write, to repair: damage is expected */
+
 /*
- * Open DEVICE for the offline tools: lock it (exclusive if RW), refuse a
- * volume in use by nextfs or (for RW) mounted by the kernel, refuse what
- * libext2fs cannot read; HAS_SNAPSHOT is accepted.  Bitmaps are loaded.
+ * Open DEVICE for the offline tools: lock it (exclusive, and a block
+ * device claimed, for writing), refuse a volume in use by nextfs or (for
+ * writing) mounted by the kernel, refuse what libext2fs cannot read;
+ * HAS_SNAPSHOT is accepted.  Bitmaps are loaded.
  */
-errcode_t nx_raw_open(const char *device, int rw, struct nx_rawvol **ret,
+errcode_t nx_raw_open(const char *device, int mode, struct nx_rawvol **ret,
 		      char *msg, size_t msglen);
 /* Write back (RW), unlock, free.  RAW may be NULL. */
 errcode_t nx_raw_close(struct nx_rawvol *raw);

@@ -3,10 +3,12 @@
  *
  * Contract: nx_volume_open() opens the volume through libext2fs on top of
  * the nextfs block I/O layer (blkio.h), refuses volumes it cannot safely
- * serve (unknown features, journal needing recovery, corrupt superblock,
- * already locked by another process) with an errcode and a one-line
- * message, takes an exclusive lock on the volume, and for read-write
- * opens marks the filesystem not-clean on disk.  nx_volume_close() writes
+ * serve (not ext2/3/4, unknown features, journal needing recovery, and
+ * for writing any damage the kernel's mount-time checks find: sanity.h;
+ * already held by another process: holder.h) with an errcode and a
+ * one-line message, before it writes anything.  It locks the volume
+ * (exclusive for writers, who also claim a block device with O_EXCL), and
+ * for read-write opens marks the filesystem not-clean on disk.  nx_volume_close() writes
  * back all dirty metadata, marks the volume clean again and releases it.
  *
  * libext2fs is not thread-safe: every caller that touches vol->fs holds
@@ -20,8 +22,10 @@
 #include <stdint.h>
 #include <sys/statvfs.h>
 #include <ext2fs/ext2fs.h>
+#include "nextfs/holder.h"
 
 #define NX_VOL_RDONLY	0x0001	/* open read-only; nothing is written */
+#define NX_VOL_ABANDONED 0x0002	/* set by nx_volume_abandon() */
 
 struct nx_blkio;
 struct nx_xcache;
@@ -30,7 +34,8 @@ struct nx_volume {
 	ext2_filsys fs;			/* libext2fs handle, owned */
 	char *device;			/* path as given by the user, owned */
 	int flags;			/* NX_VOL_* */
-	int lock_fd;			/* fd holding the exclusive lock, or -1 */
+	int lock_fd;			/* fd holding the volume lock, or -1 */
+	int claim_fd;			/* O_EXCL claim of a block device, or -1 */
 	int was_clean;			/* EXT2_VALID_FS was set when we opened */
 	pthread_mutex_t lock;		/* the big lock around all fs access */
 	struct nx_blkio *io;		/* our block I/O layer state (not owned) */
@@ -101,11 +106,19 @@ void nx_volume_unlock(struct nx_volume *vol);
 void nx_volume_unlock_sharing(struct nx_volume *vol);
 
 /*
- * Lock DEVICE against other nextfs processes (exclusive or shared,
- * without waiting): *FDP holds the lock until closed.  EBUSY if taken.
+ * A writer holds a block device with O_EXCL (holder.h).  Before mounting
+ * it as fuseblk, where the kernel takes that claim itself, release ours;
+ * if the mount fails, take it back before anything more is written:
+ * when that fails too, the volume is abandoned (below) and EBUSY returned.
  */
-errcode_t nx_lock_device(const char *device, int exclusive, int *fdp,
-			 char *msg, size_t msglen);
+void nx_volume_release_claim(struct nx_volume *vol);
+errcode_t nx_volume_reclaim(struct nx_volume *vol, char *msg, size_t msglen);
+
+/*
+ * Write nothing more: closing frees VOL and keeps what is on the device,
+ * the last commit (with a journal, marked for recovery).
+ */
+void nx_volume_abandon(struct nx_volume *vol);
 
 /* printf into MSG (if non-NULL): the one-line reasons the tools print. */
 void nx_set_msg(char *msg, size_t len, const char *fmt, ...)

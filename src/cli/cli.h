@@ -24,6 +24,7 @@ int nx_cmd_export(int argc, char **argv);
 int nx_cmd_diff(int argc, char **argv);
 int nx_cmd_restore(int argc, char **argv);
 int nx_cmd_info(int argc, char **argv);
+int nx_cmd_umount(int argc, char **argv);
 
 /* progress.c: a progress bar on stderr when it is a terminal. */
 struct nx_progress;

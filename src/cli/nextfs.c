@@ -46,11 +46,18 @@ static void usage(FILE *out)
 		"  diff IMAGE_OR_MNT OLD [NEW] list what changed between snapshots\n"
 		"  restore IMAGE NAME          roll the live tree back to a snapshot\n"
 		"  info IMAGE                  volume and snapshot summary\n"
+		"  umount MOUNTPOINT           unmount; return once the volume is\n"
+		"                              written back and released\n"
 		"  version                     print the version (also --version)\n"
 		"\n"
 		"Run 'nextfs COMMAND --help' for a command's options.\n"
 		"Exit status: 0 success, 1 failure (nothing changed), 2 usage\n"
-		"(check: as e2fsck, see 'nextfs check --help').\n");
+		"(check: as e2fsck; umount: 3 when the daemon ended badly; see\n"
+		"'nextfs COMMAND --help').\n"
+		"\n"
+		"Unmount with 'nextfs umount MNT': unlike fusermount3 -u it returns\n"
+		"only when the volume is written back, so 'nextfs umount MNT &&\n"
+		"e2fsck -fn IMAGE' checks the final image.\n");
 }
 
 int main(int argc, char **argv)
@@ -81,6 +88,8 @@ int main(int argc, char **argv)
 		return nx_cmd_restore(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "info"))
 		return nx_cmd_info(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "umount") || !strcmp(argv[1], "unmount"))
+		return nx_cmd_umount(argc - 1, argv + 1);
 	nx_cli_error("unknown command '%s'", argv[1]);
 	usage(stderr);
 	return NX_CLI_USAGE;

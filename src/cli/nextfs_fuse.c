@@ -7,6 +7,12 @@
  * option goes to libfuse, which rejects what it does not know.  We
  * always add default_permissions (the kernel enforces the permission
  * model), fsname=<image> and subtype=nextfs unless the user named them.
+ *
+ * Block devices: as root they are mounted as fuseblk unless -o noblkdev
+ * says otherwise.  Then the kernel itself claims the device (no kernel
+ * mount or exclusive opener gets it) and a plain umount waits until the
+ * daemon has written everything back (FUSE_DESTROY).  Without fuseblk the
+ * daemon claims the device with O_EXCL, and "nextfs umount" waits.
  */
 #include "nextfs/fuse_ops.h"
 
@@ -17,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <fuse_opt.h>
 #include "nextfs/crc32c.h"
 
@@ -26,6 +33,7 @@ struct cli {
 	char *device;
 	char *mountpoint;
 	int foreground, singlethread, rdonly;
+	int blkdev;			/* -1 default, 0 noblkdev, 1 blkdev */
 	int help, version;
 	int have_fsname, have_subtype, have_default_permissions;
 	int fakeroot;			/* -o fakeroot: ours, not libfuse's */
@@ -35,6 +43,7 @@ struct cli {
 enum {
 	KEY_HELP, KEY_VERSION, KEY_FOREGROUND, KEY_DEBUG, KEY_SINGLE,
 	KEY_RO, KEY_RW, KEY_FSNAME, KEY_SUBTYPE, KEY_DEFAULT_PERMISSIONS,
+	KEY_BLKDEV, KEY_NOBLKDEV,
 };
 
 static const struct fuse_opt cli_opts[] = {
@@ -52,6 +61,8 @@ static const struct fuse_opt cli_opts[] = {
 	FUSE_OPT_KEY("fsname=", KEY_FSNAME),
 	FUSE_OPT_KEY("subtype=", KEY_SUBTYPE),
 	FUSE_OPT_KEY("default_permissions", KEY_DEFAULT_PERMISSIONS),
+	FUSE_OPT_KEY("blkdev", KEY_BLKDEV),
+	FUSE_OPT_KEY("noblkdev", KEY_NOBLKDEV),
 	{ "read_ahead_kb=%s", offsetof(struct cli, read_ahead), 0 },
 	{ "fakeroot", offsetof(struct cli, fakeroot), 1 },
 	FUSE_OPT_END
@@ -63,13 +74,21 @@ static void usage(FILE *f)
 "usage: " PROG " [-f] [-d] [-s] [-o OPTIONS] IMAGE_OR_DEVICE MOUNTPOINT\n"
 "\n"
 "Serve an ext2, ext3 or ext4 file system image or block device at\n"
-"MOUNTPOINT through FUSE.  Unmount with 'fusermount3 -u MOUNTPOINT'.\n"
+"MOUNTPOINT through FUSE.  Unmount with 'nextfs umount MOUNTPOINT': it\n"
+"returns once everything is written back and the volume is released,\n"
+"so 'nextfs umount MNT && e2fsck -fn IMAGE' checks the final image\n"
+"(fusermount3 -u returns while the daemon is still writing).\n"
 "\n"
 "Options:\n"
 "  -f               stay in the foreground\n"
 "  -d               print every FUSE request (implies -f)\n"
 "  -s               handle one request at a time (single thread)\n"
 "  -o ro            open the volume read-only: nothing is ever written\n"
+"  -o blkdev        mount a block device as fuseblk: the kernel holds the\n"
+"                   device and a plain umount waits for the write-back\n"
+"                   (the default for root on a block device; root only)\n"
+"  -o noblkdev      a plain FUSE mount even then (nextfs-fuse holds the\n"
+"                   device with O_EXCL itself; unmount with nextfs umount)\n"
 "  -o OPT[,OPT...]  FUSE mount options, e.g. allow_other, allow_root,\n"
 "                   auto_unmount, fsname=NAME, subtype=TYPE, max_read=N\n"
 "  -o read_ahead_kb=N  kernel readahead for files of this mount, in KiB\n"
@@ -87,9 +106,14 @@ static void usage(FILE *f)
 "and utimes, and clears setuid/setgid bits on write and chown.  Without\n"
 "-o allow_other only the mounting user can access the mount.\n"
 "\n"
+"Damaged volumes (what the kernel's mount-time checks find) are never\n"
+"written: they are refused with one line naming the damage and the fix,\n"
+"and served with -o ro.\n"
+"\n"
 "Exit status: 0 after a clean unmount, 1 on a usage or mount error (or\n"
 "when the volume could not be written back at unmount), 2 when the\n"
-"volume was refused (unsupported features, needs e2fsck, in use).\n");
+"volume was refused (not ext2/3/4, unsupported features, damaged, in use\n"
+"or busy).\n");
 }
 
 static void version(void)
@@ -164,6 +188,12 @@ static int opt_proc(void *data, const char *arg, int key,
 	case KEY_DEFAULT_PERMISSIONS:
 		c->have_default_permissions = 1;
 		return 1;
+	case KEY_BLKDEV:
+		c->blkdev = 1;
+		return 0;	/* added back by add_our_options() */
+	case KEY_NOBLKDEV:
+		c->blkdev = 0;
+		return 0;
 	}
 	return 1;
 }
@@ -214,13 +244,53 @@ static char *checked_path(const char *path, int want_dir)
 	return abs;
 }
 
+/*
+ * -o blkdev / noblkdev and the default (see the file comment).  A fuseblk
+ * mount's source must be the device itself; its block size is the page
+ * size, as for a plain FUSE mount.  0 or -1 (reported).
+ */
+static int decide_blkdev(struct cli *c, const char *device)
+{
+	struct stat st;
+	int isblk = stat(device, &st) == 0 && S_ISBLK(st.st_mode);
+
+	if (c->blkdev < 0)
+		c->blkdev = isblk && geteuid() == 0;
+	if (!c->blkdev)
+		return 0;
+	if (!isblk) {
+		fprintf(stderr, PROG ": -o blkdev needs a block device; %s is "
+			"not one\n", device);
+		return -1;
+	}
+	if (geteuid() != 0) {
+		fprintf(stderr, PROG ": -o blkdev needs root (the kernel "
+			"opens the device itself)\n");
+		return -1;
+	}
+	if (c->have_fsname) {
+		fprintf(stderr, PROG ": -o fsname cannot be set for a fuseblk "
+			"mount (its source is the device; -o noblkdev allows "
+			"it)\n");
+		return -1;
+	}
+	return 0;
+}
+
 /* The -o options we always add (unless given): see the file comment. */
 static int add_our_options(struct fuse_args *args, const struct cli *c,
 			   const char *device)
 {
-	char *opts = NULL, *fsname = NULL;
+	char *opts = NULL, *fsname = NULL, blksize[32];
 	int ret = -1;
 
+	if (c->blkdev) {
+		snprintf(blksize, sizeof(blksize), "blksize=%ld",
+			 sysconf(_SC_PAGESIZE));
+		if (fuse_opt_add_opt(&opts, "blkdev") != 0 ||
+		    fuse_opt_add_opt(&opts, blksize) != 0)
+			goto out;
+	}
 	if (!c->have_default_permissions &&
 	    fuse_opt_add_opt(&opts, "default_permissions") != 0)
 		goto out;
@@ -254,6 +324,7 @@ int main(int argc, char *argv[])
 	int status = NX_EXIT_USAGE;
 
 	memset(&c, 0, sizeof(c));
+	c.blkdev = -1;
 	if (fuse_opt_parse(&args, &c, cli_opts, opt_proc) != 0)
 		goto out;
 	if (c.help) {
@@ -282,7 +353,7 @@ int main(int argc, char *argv[])
 	if (!device)
 		goto out;
 	mountpoint = checked_path(c.mountpoint, 1);
-	if (!mountpoint)
+	if (!mountpoint || decide_blkdev(&c, device) != 0)
 		goto out;
 	if (add_our_options(&args, &c, device) != 0) {
 		fprintf(stderr, PROG ": out of memory\n");
@@ -294,6 +365,7 @@ int main(int argc, char *argv[])
 	cfg.rdonly = c.rdonly;
 	cfg.foreground = c.foreground;
 	cfg.singlethread = c.singlethread;
+	cfg.blkdev = c.blkdev;
 	cfg.read_ahead_kb = read_ahead_kb;
 	cfg.read_ahead_given = c.read_ahead != NULL;
 	cfg.fakeroot = c.fakeroot;

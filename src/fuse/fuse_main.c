@@ -23,10 +23,12 @@
 #include <sys/statfs.h>
 #include <sys/sysmacros.h>
 #include <et/com_err.h>
+#include "nextfs/holder.h"
 #include "nextfs/inode.h"
 #include "nextfs/perm.h"
 
 static int log_to_syslog;
+static char last_error[512];	/* the last nx_err() line: for "done" */
 
 /*
  * Every libfuse and nextfs message: to syslog once in the background,
@@ -57,6 +59,9 @@ static void nx_err(const char *fmt, ...)
 {
 	va_list ap;
 
+	va_start(ap, fmt);
+	vsnprintf(last_error, sizeof(last_error), fmt, ap);
+	va_end(ap);
 	va_start(ap, fmt);
 	if (log_to_syslog) {
 		vsyslog(LOG_ERR, fmt, ap);
@@ -161,6 +166,88 @@ void nx_fuse_committer_stop(struct nx_fuse *fs)
 	pthread_mutex_destroy(&c->mu);
 	free(c);
 	fs->committer = NULL;
+}
+
+/*
+ * The end of a session.  A plain FUSE mount ends when the request loop
+ * sees the connection go, after umount has returned; destroy then runs
+ * from fuse_session_destroy(), alone.  A fuseblk mount ends with a
+ * DESTROY request that umount waits for: destroy runs in a worker while
+ * others may still be answering the last FORGETs the kernel queued when
+ * it evicted the inodes.  Those must be done with the volume before
+ * destroy closes it, and none may start after: the gate below.  Both ways
+ * the status channel hears "finishing" first (holder.h).
+ */
+static struct {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int closing;		/* destroy has begun: no forget may start */
+	unsigned forgets;	/* forgets in progress */
+	struct nx_holder *holder;
+} life = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, NULL };
+
+static int forget_begin(void)
+{
+	int ok;
+
+	pthread_mutex_lock(&life.mu);
+	ok = !life.closing;
+	if (ok)
+		life.forgets++;
+	pthread_mutex_unlock(&life.mu);
+	return ok;
+}
+
+static void forget_end(void)
+{
+	pthread_mutex_lock(&life.mu);
+	if (!--life.forgets)
+		pthread_cond_broadcast(&life.cv);
+	pthread_mutex_unlock(&life.mu);
+}
+
+/* Forgets after destroy began change nothing: destroy frees them all. */
+static void life_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
+{
+	if (!forget_begin()) {
+		fuse_reply_none(req);
+		return;
+	}
+	nx_fuse_snap_ops.forget(req, ino, nlookup);
+	forget_end();
+}
+
+static void life_forget_multi(fuse_req_t req, size_t count,
+			      struct fuse_forget_data *forgets)
+{
+	if (!forget_begin()) {
+		fuse_reply_none(req);
+		return;
+	}
+	nx_fuse_snap_ops.forget_multi(req, count, forgets);
+	forget_end();
+}
+
+static void life_destroy(void *userdata)
+{
+	pthread_mutex_lock(&life.mu);
+	life.closing = 1;
+	while (life.forgets)
+		pthread_cond_wait(&life.cv, &life.mu);
+	pthread_mutex_unlock(&life.mu);
+	nx_holder_finishing(life.holder);
+	nx_fuse_snap_ops.destroy(userdata);
+}
+
+/* What the session runs: the operations, with the gate around them. */
+static struct fuse_lowlevel_ops session_ops(void)
+{
+	struct fuse_lowlevel_ops ops = nx_fuse_snap_ops;
+
+	ops.forget = life_forget;
+	ops.forget_multi = life_forget_multi;
+	ops.destroy = life_destroy;
+	return ops;
 }
 
 /*
@@ -275,8 +362,29 @@ static void *read_ahead_thread(void *arg)
 	return NULL;
 }
 
+/*
+ * fuseblk: the kernel claims the device at mount, so ours must go first;
+ * if the mount fails, ours comes back before anything more is written.
+ */
+static int mount_session(struct fuse_session *se, struct nx_fuse *fs,
+			 const struct nx_fuse_config *cfg)
+{
+	char msg[512];
+
+	if (cfg->blkdev)
+		nx_volume_release_claim(fs->vol);
+	if (fuse_session_mount(se, cfg->mountpoint) == 0)
+		return 0;
+	if (cfg->blkdev && nx_volume_reclaim(fs->vol, msg, sizeof(msg)))
+		nx_err("%s", msg);
+	else
+		nx_err("cannot mount %s on %s", cfg->device, cfg->mountpoint);
+	return -1;
+}
+
 int nx_fuse_main(const struct nx_fuse_config *cfg)
 {
+	struct fuse_lowlevel_ops ops = session_ops();
 	struct nx_fuse fs;
 	struct fuse_session *se = NULL;
 	int status = NX_EXIT_USAGE, mounted = 0, handlers = 0, ret;
@@ -294,9 +402,7 @@ int nx_fuse_main(const struct nx_fuse_config *cfg)
 		return NX_EXIT_USAGE;
 	}
 	/* Validates the FUSE options before anything touches the volume. */
-	se = fuse_session_new(cfg->args, &nx_fuse_snap_ops,
-			      sizeof(nx_fuse_snap_ops),
-			      &fs);
+	se = fuse_session_new(cfg->args, &ops, sizeof(ops), &fs);
 	if (!se)
 		goto out;
 	fs.se = se;
@@ -311,11 +417,10 @@ int nx_fuse_main(const struct nx_fuse_config *cfg)
 		goto out;
 	}
 	warn_if_root_not_writable(&fs, cfg);
-	if (fuse_session_mount(se, cfg->mountpoint) != 0) {
-		nx_err("cannot mount %s on %s", cfg->device, cfg->mountpoint);
+	if (mount_session(se, &fs, cfg) != 0)
 		goto out;
-	}
 	mounted = 1;
+	life.holder = nx_holder_start(cfg->device, cfg->mountpoint);
 	if (fuse_daemonize(cfg->foreground) != 0) {
 		nx_err("cannot go to the background");
 		goto out;
@@ -323,6 +428,9 @@ int nx_fuse_main(const struct nx_fuse_config *cfg)
 	if (!cfg->foreground)
 		go_background();
 	/* After daemonizing: a fork keeps only the calling thread. */
+	if (nx_holder_serve(life.holder) != 0 && life.holder)
+		nx_err("cannot answer on the status channel; nextfs umount "
+		       "will wait for the volume lock instead");
 	if (nx_fuse_committer_start(&fs) != 0)
 		nx_err("cannot start the commit timer; changes become durable "
 		       "at fsync and unmount only");
@@ -331,6 +439,8 @@ int nx_fuse_main(const struct nx_fuse_config *cfg)
 			   (void *)cfg) == 0)
 		ra_started = 1;
 	ret = run_loop(se, cfg->singlethread);
+	nx_holder_finishing(life.holder);
+	last_error[0] = 0;	/* only what goes wrong from here is news */
 	nx_fuse_committer_stop(&fs);
 	/*
 	 * An aborted connection (fusectl abort, umount -f) ends the session
@@ -361,6 +471,9 @@ out:
 		status = NX_EXIT_USAGE;
 	}
 	nx_nodes_free(fs.nodes);
+	/* Closed and unlocked: whoever waits may go on. */
+	nx_holder_done(life.holder, status, status ? last_error : "");
+	life.holder = NULL;
 	if (log_to_syslog)
 		closelog();
 	return status;

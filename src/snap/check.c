@@ -27,6 +27,7 @@
 #include <sys/file.h>
 #include <et/com_err.h>
 #include "nextfs/blkio.h"
+#include "nextfs/sanity.h"
 #include "nextfs/txn.h"
 #include "nextfs/snaptool.h"
 #include "snap_internal.h"
@@ -69,11 +70,32 @@ static errcode_t refuse_unreadable(struct nx_rawvol *raw, char *msg,
 	return 0;
 }
 
-errcode_t nx_raw_open(const char *device, int rw, struct nx_rawvol **ret,
+/* NX_RAW_WRITE: what the engine refuses to write, restore refuses too. */
+static errcode_t refuse_damaged(struct nx_rawvol *raw,
+				const struct nx_probe *probe, int loaded,
+				char *msg, size_t msglen)
+{
+	struct nx_damage dmg = { 0 };
+
+	if (!loaded)
+		nx_sanity_precheck(raw->device, probe, &dmg);
+	else if (!nx_sanity_check_layout(raw->fs, &dmg))
+		nx_sanity_check_loaded(raw->fs, &dmg);
+	if (!dmg.level)
+		return 0;
+	return nx_sanity_refusal(raw->device, &dmg, 0,
+				 (probe->sb.s_feature_ro_compat &
+				  EXT4_FEATURE_RO_COMPAT_HAS_SNAPSHOT) != 0,
+				 msg, msglen);
+}
+
+errcode_t nx_raw_open(const char *device, int mode, struct nx_rawvol **ret,
 		      char *msg, size_t msglen)
 {
 	int oflags = EXT2_FLAG_64BITS | EXT2_FLAG_SKIP_MMP | EXT2_FLAG_FORCE;
+	int rw = mode != 0;
 	struct nx_rawvol *raw;
+	struct nx_probe probe;
 	errcode_t err;
 
 	nx_set_msg(msg, msglen, "%s", "");
@@ -82,6 +104,7 @@ errcode_t nx_raw_open(const char *device, int rw, struct nx_rawvol **ret,
 	if (!raw)
 		return EXT2_ET_NO_MEMORY;
 	raw->lock_fd = -1;
+	raw->claim_fd = -1;
 	raw->rw = rw;
 	raw->device = strdup(device);
 	if (!raw->device) {
@@ -89,14 +112,25 @@ errcode_t nx_raw_open(const char *device, int rw, struct nx_rawvol **ret,
 		return EXT2_ET_NO_MEMORY;
 	}
 	err = nx_lock_device(raw->device, raw->rw, &raw->lock_fd, msg, msglen);
+	if (!err && rw)
+		err = nx_claim_device(raw->device, &raw->claim_fd, msg, msglen);
+	if (!err)
+		err = nx_probe_device(raw->device, !rw, &probe, msg, msglen);
+	if (!err && mode == NX_RAW_WRITE)
+		err = refuse_damaged(raw, &probe, 0, msg, msglen);
 	if (err)
 		goto fail;
 	if (rw)
 		oflags |= EXT2_FLAG_RW;
 	/* A crash's journal first: the tools must see the committed state. */
 	err = nx_txn_replay_device(device, rw, msg, msglen);
-	if (err)
+	if (err) {
+		err = nx_sanity_journal_refusal(device, err, mode != NX_RAW_WRITE,
+				(probe.sb.s_feature_ro_compat &
+				 EXT4_FEATURE_RO_COMPAT_HAS_SNAPSHOT) != 0,
+				msg, msglen);
 		goto fail;
+	}
 	err = ext2fs_open2(device, NULL, oflags, 0, 0, nx_blkio_manager,
 			   &raw->fs);
 	if (err) {
@@ -119,6 +153,11 @@ errcode_t nx_raw_open(const char *device, int rw, struct nx_rawvol **ret,
 			"%s", device, error_message(err));
 		goto fail;
 	}
+	if (mode == NX_RAW_WRITE) {
+		err = refuse_damaged(raw, &probe, 1, msg, msglen);
+		if (err)
+			goto fail;
+	}
 	*ret = raw;
 	return 0;
 fail:
@@ -126,6 +165,8 @@ fail:
 		raw->fs->flags &= ~EXT2_FLAG_DIRTY;
 		ext2fs_close_free(&raw->fs);
 	}
+	if (raw->claim_fd >= 0)
+		close(raw->claim_fd);
 	if (raw->lock_fd >= 0)
 		close(raw->lock_fd);
 	free(raw->device);
@@ -148,6 +189,9 @@ errcode_t nx_raw_release_fs(struct nx_rawvol *raw)
 		/* Converting keeps the volume ours: no window for a daemon. */
 		flock(raw->lock_fd, LOCK_SH);
 	}
+	if (raw->claim_fd >= 0)
+		close(raw->claim_fd);	/* no longer writing */
+	raw->claim_fd = -1;
 	raw->rw = 0;
 	return err;
 }
@@ -1170,7 +1214,8 @@ errcode_t nx_check(const char *device, int flags, nx_check_report_fn report,
 	ck.priv = priv;
 	ck.res = res;
 	ck.prog = prog;
-	err = nx_raw_open(device, ck.repair, &raw, msg, msglen);
+	err = nx_raw_open(device, ck.repair ? NX_RAW_REPAIR : 0, &raw, msg,
+			  msglen);
 	if (err)
 		return err;
 	ck.fs = raw->fs;

@@ -1040,7 +1040,7 @@ errcode_t nx_snap_restore(const char *device, const char *name, int flags,
 	err = precheck(device, name, flags, res, msg, msglen);
 	if (err)
 		return err;
-	err = nx_raw_open(device, 1, &r.raw, msg, msglen);
+	err = nx_raw_open(device, NX_RAW_WRITE, &r.raw, msg, msglen);
 	if (err)
 		return err;
 	r.fs = r.raw->fs;

@@ -790,6 +790,7 @@ static errcode_t sync_device(struct nx_blkio *io)
 	if (io->faults) {
 		int fate = nx_faults_on_sync(io->faults);
 
+		nx_faults_slow_sync(io->faults);
 		if (fate == NX_FAULT_SKIP)
 			return 0;
 		if (fate)

@@ -73,6 +73,9 @@ static errcode_t parse_item(char *item, struct nx_faults *f)
 	if (!strcmp(item, "slow_read"))
 		return parse_u64(val, &end, &f->slow_read_us) || *end ||
 		       f->slow_read_us > 10000000 ? EINVAL : 0;
+	if (!strcmp(item, "slow_sync"))
+		return parse_u64(val, &end, &f->slow_sync_us) || *end ||
+		       f->slow_sync_us > 10000000 ? EINVAL : 0;
 	if (!strcmp(item, "unit")) {
 		if (parse_u64(val, &end, &unit) || *end || unit < 512 ||
 		    unit > 65536 || (unit & (unit - 1)))
@@ -104,7 +107,7 @@ errcode_t nx_faults_parse(const char *spec, struct nx_faults *f, char *msg,
 			nx_set_msg(msg, msglen, "bad fault spec item '%s' "
 				   "(want cut=N[:drop|:eio|:enospc], "
 				   "read_eio=FIRST[+COUNT], slow_read=USEC, "
-				   "unit=BYTES)", shown);
+				   "slow_sync=USEC, unit=BYTES)", shown);
 	}
 	free(copy);
 	return err;
@@ -148,16 +151,26 @@ int nx_faults_on_read(struct nx_faults *f, uint64_t off, uint64_t len)
 	return EIO;
 }
 
-void nx_faults_slow_shared_read(const struct nx_faults *f)
+static void sleep_us(uint64_t us)
 {
 	struct timespec ts;
 
-	if (!f || !f->slow_read_us)
-		return;
-	ts.tv_sec = (time_t)(f->slow_read_us / 1000000);
-	ts.tv_nsec = (long)(f->slow_read_us % 1000000) * 1000;
+	ts.tv_sec = (time_t)(us / 1000000);
+	ts.tv_nsec = (long)(us % 1000000) * 1000;
 	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
 		;
+}
+
+void nx_faults_slow_shared_read(const struct nx_faults *f)
+{
+	if (f && f->slow_read_us)
+		sleep_us(f->slow_read_us);
+}
+
+void nx_faults_slow_sync(const struct nx_faults *f)
+{
+	if (f && f->slow_sync_us)
+		sleep_us(f->slow_sync_us);
 }
 
 int nx_faults_on_sync(struct nx_faults *f)

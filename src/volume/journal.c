@@ -273,8 +273,8 @@ static errcode_t check_jsb(struct nx_journal *j, ext2_filsys fs,
 
 	if (get_be32(sb) != JBD2_MAGIC ||
 	    (get_be32(sb + 4) != JBD2_SB_V2 && get_be32(sb + 4) != JBD2_SB_V1)) {
-		nx_set_msg(msg, msglen, "the journal superblock is corrupt; "
-			   "run e2fsck");
+		nx_set_msg(msg, msglen, "the journal superblock is corrupt "
+			   "(no journal magic number or block type)");
 		return EXT2_ET_CORRUPT_JOURNAL_SB;
 	}
 	j->incompat = get_be32(sb + JSB_INCOMPAT);
@@ -291,28 +291,32 @@ static errcode_t check_jsb(struct nx_journal *j, ext2_filsys fs,
 	if (get_be32(sb + JSB_BLOCKSIZE) != fs->blocksize ||
 	    j->maxlen > inode_blocks || j->first == 0 ||
 	    j->first >= j->maxlen) {
-		nx_set_msg(msg, msglen, "the journal superblock is corrupt; "
-			   "run e2fsck");
+		nx_set_msg(msg, msglen, "the journal superblock is corrupt "
+			   "(block size %u, length %u, first block %u)",
+			   get_be32(sb + JSB_BLOCKSIZE), j->maxlen, j->first);
 		return EXT2_ET_CORRUPT_JOURNAL_SB;
 	}
 	if (get_be32(sb + JSB_ERRNO)) {
-		nx_set_msg(msg, msglen, "the journal was aborted after an error; "
-			   "run 'e2fsck -f' on the volume first");
+		nx_set_msg(msg, msglen, "the journal was aborted after an "
+			   "error");
 		return EXT2_ET_JOURNAL_FLAGS_WRONG;
 	}
 	j->last = j->maxlen;
 	if (j->incompat & JBD2_INCOMPAT_FC) {
 		fc = get_be32(sb + JSB_NUM_FC);
 		fc = fc ? fc : DEFAULT_FC_BLOCKS;
-		if (fc >= j->maxlen - j->first)
+		if (fc >= j->maxlen - j->first) {
+			nx_set_msg(msg, msglen, "the journal superblock is "
+				   "corrupt (%u fast-commit blocks)", fc);
 			return EXT2_ET_CORRUPT_JOURNAL_SB;
+		}
 		j->last = j->maxlen - fc;
 	}
 	/* Replay starts reading the log there (read_jblock indexes phys). */
 	start = get_be32(sb + JSB_START);
 	if (start && (start < j->first || start >= j->last)) {
 		nx_set_msg(msg, msglen, "the journal superblock is corrupt "
-			   "(log start %u outside the log); run e2fsck", start);
+			   "(log start %u outside the log)", start);
 		return EXT2_ET_CORRUPT_JOURNAL_SB;
 	}
 	/* Room for a useful transaction in each half of the log. */
@@ -323,8 +327,8 @@ static errcode_t check_jsb(struct nx_journal *j, ext2_filsys fs,
 	if (has_csum(j)) {
 		/* Like the kernel: a journal superblock must checksum. */
 		if (!csum_ok(~0U, j->jsb, JSB_SIZE, JSB_CHECKSUM)) {
-			nx_set_msg(msg, msglen, "the journal superblock checksum "
-				   "does not match; run e2fsck");
+			nx_set_msg(msg, msglen, "the journal superblock's "
+				   "checksum is wrong");
 			return EXT2_ET_CORRUPT_JOURNAL_SB;
 		}
 		j->csum_seed = crc32c(~0U, sb + JSB_UUID, 16);
@@ -410,7 +414,7 @@ errcode_t nx_journal_load(ext2_filsys fs, struct nx_blkio *io,
 	*ret = j;
 	return 0;
 fail_msg:
-	nx_set_msg(msg, msglen, "cannot load the journal: %s; run e2fsck",
+	nx_set_msg(msg, msglen, "cannot load the journal: %s",
 		   error_message(err));
 fail:
 	nx_journal_free(j);

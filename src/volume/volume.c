@@ -20,6 +20,8 @@
 #include <et/com_err.h>
 #include "nextfs/volume.h"
 #include "nextfs/blkio.h"
+#include "nextfs/holder.h"
+#include "nextfs/sanity.h"
 #include "nextfs/crc32c.h"
 #include "nextfs/meta.h"
 #include "nextfs/snapshot.h"
@@ -114,82 +116,45 @@ static void describe_features(char *buf, size_t len, int type, uint32_t mask)
 
 /*
  * Refuse what we cannot serve.  Checked on the raw superblock before
- * libext2fs gets to decide, so that the user gets the precise reason.
+ * libext2fs gets to decide (and again after a journal replay), so that
+ * the user gets the precise reason.  Features are no damage: there is
+ * nothing to repair, only -o ro to offer.
  */
-static errcode_t check_features(struct ext2_super_block *sb, int rdonly,
-				char *msg, size_t msglen)
+static void check_features(struct ext2_super_block *sb, int rdonly,
+			   struct nx_damage *dmg)
 {
 	uint32_t incompat_ok = rdonly ? NX_RO_INCOMPAT : NX_RW_INCOMPAT;
 	char names[256];
 	uint32_t bad;
 
 	/* needs_recovery: replay_journal() has dealt with it. */
-	if (sb->s_feature_ro_compat & EXT4_FEATURE_RO_COMPAT_ORPHAN_PRESENT &&
-	    !rdonly) {
-		nx_set_msg(msg, msglen, "the volume has orphan inodes pending; "
-			"run 'e2fsck -fy' on it and try again");
-		return EXT2_ET_UNSUPP_FEATURE;
-	}
 	bad = sb->s_feature_incompat & ~incompat_ok;
 	if (bad) {
 		describe_features(names, sizeof(names), 1, bad);
-		nx_set_msg(msg, msglen, "unsupported incompatible feature(s): %s",
-			names);
-		return EXT2_ET_UNSUPP_FEATURE;
+		nx_damage_note_fix(dmg, NX_DAMAGE_FATAL, "", "unsupported "
+				   "incompatible feature(s): %s", names);
+		return;
 	}
 	if (rdonly)
-		return 0;
+		return;
+	if (sb->s_feature_ro_compat & EXT4_FEATURE_RO_COMPAT_ORPHAN_PRESENT)
+		nx_damage_note(dmg, NX_DAMAGE_RW, "the volume has orphan inodes "
+			       "pending in its orphan file");
 	bad = sb->s_feature_ro_compat & ~NX_RW_RO_COMPAT;
 	if (bad) {
 		describe_features(names, sizeof(names), 2, bad);
-		nx_set_msg(msg, msglen, "cannot write a volume with feature(s): %s "
-			"(mount it with -o ro)", names);
-		return EXT2_ET_RO_UNSUPP_FEATURE;
+		nx_damage_note_fix(dmg, NX_DAMAGE_RW, "", "nextfs cannot write "
+				   "a volume with feature(s): %s", names);
 	}
 	bad = sb->s_feature_compat & ~NX_RW_COMPAT;
 	if (bad) {
 		describe_features(names, sizeof(names), 0, bad);
-		nx_set_msg(msg, msglen, "cannot write a volume with feature(s): %s "
-			"(mount it with -o ro)", names);
-		return EXT2_ET_RO_UNSUPP_FEATURE;
+		nx_damage_note_fix(dmg, NX_DAMAGE_RW, "", "nextfs cannot write "
+				   "a volume with feature(s): %s", names);
 	}
-	if (sb->s_state & EXT2_ERROR_FS) {
-		nx_set_msg(msg, msglen, "the volume is marked as having errors; "
-			"run 'e2fsck -f' on it first (or mount with -o ro)");
-		return EXT2_ET_FILESYSTEM_CORRUPTED;
-	}
-	return 0;
-}
-
-/*
- * Advisory lock on DEVICE: exclusive for writers, shared for readers, so
- * that a second nextfs (the daemon or a tool) loses instead of racing us.
- */
-errcode_t nx_lock_device(const char *device, int exclusive, int *fdp,
-			 char *msg, size_t msglen)
-{
-	int fd = open(device, O_RDONLY | O_CLOEXEC), e;
-
-	if (fd < 0) {
-		e = errno;
-		nx_set_msg(msg, msglen, "%s: %s", device, strerror(e));
-		return e;
-	}
-	if (flock(fd, (exclusive ? LOCK_EX : LOCK_SH) | LOCK_NB) < 0) {
-		e = errno;
-		close(fd);
-		if (e == EWOULDBLOCK) {
-			nx_set_msg(msg, msglen, "%s is in use by nextfs (mounted "
-				"with nextfs-fuse or opened by another nextfs "
-				"command); unmount it first", device);
-			return EBUSY;
-		}
-		nx_set_msg(msg, msglen, "%s: cannot lock: %s", device,
-			strerror(e));
-		return e;
-	}
-	*fdp = fd;
-	return 0;
+	if (sb->s_state & EXT2_ERROR_FS)
+		nx_damage_note(dmg, NX_DAMAGE_RW, "the volume is marked as "
+			       "having errors");
 }
 
 static errcode_t check_not_mounted(struct nx_volume *vol, char *msg,
@@ -229,55 +194,31 @@ static errcode_t mark_in_use(struct nx_volume *vol)
 }
 
 /*
- * libext2fs trusts the superblock's geometry and the descriptors' block
- * locations when it reads the bitmaps (1.47.0 overruns a buffer with a
- * bad s_first_data_block): check them first, as the kernel does.
+ * Read-only opens serve damaged volumes as far as libext2fs can read
+ * them: checksums are not verified while the superblock, descriptors and
+ * bitmaps are loaded (the checks of sanity.h name what is wrong), but
+ * they are again afterwards, so a damaged inode still reads as EIO, as
+ * the kernel does.
  */
-static errcode_t check_geometry(ext2_filsys fs, char *msg, size_t msglen)
+static errcode_t read_bitmaps(struct nx_volume *vol, struct nx_damage *dmg)
 {
-	unsigned want = fs->blocksize == 1024 ? 1 : 0;
 	errcode_t err;
 
-	if (fs->super->s_first_data_block != want) {
-		nx_set_msg(msg, msglen, "corrupt superblock: first data block "
-			   "%u, expected %u; run e2fsck",
-			   fs->super->s_first_data_block, want);
-		return EXT2_ET_CORRUPT_SUPERBLOCK;
-	}
-	err = ext2fs_check_desc(fs);
+	/*
+	 * libext2fs's default bitmaps are flat arrays: 32 MiB per bitmap on
+	 * 1 TiB, and nextfs keeps several per snapshot.  Red-black trees of
+	 * extents cost what the allocation pattern costs instead.
+	 */
+	vol->fs->default_bitmap_type = EXT2FS_BMAP64_RBTREE;
+	err = ext2fs_read_bitmaps(vol->fs);
+	vol->fs->flags &= ~EXT2_FLAG_IGNORE_CSUM_ERRORS;
 	if (err)
-		nx_set_msg(msg, msglen, "corrupt group descriptors (%s); run "
-			   "e2fsck", error_message(err));
+		nx_sanity_bitmap_problem(vol->fs, err, dmg);
 	return err;
 }
 
-/*
- * The allocator trusts the block bitmap: one that shows a group's own
- * bitmaps or inode table as free would hand them out as file blocks.
- * Read-write opens refuse it (the kernel's ext4_validate_block_bitmap).
- */
-static errcode_t check_block_bitmap(ext2_filsys fs, char *msg, size_t msglen)
-{
-	blk64_t itab, zero;
-	dgrp_t g;
-
-	for (g = 0; g < fs->group_desc_count; g++) {
-		itab = ext2fs_inode_table_loc(fs, g);
-		if (ext2fs_test_block_bitmap2(fs->block_map,
-					      ext2fs_block_bitmap_loc(fs, g)) &&
-		    ext2fs_test_block_bitmap2(fs->block_map,
-					      ext2fs_inode_bitmap_loc(fs, g)) &&
-		    ext2fs_find_first_zero_block_bitmap2(fs->block_map, itab,
-				itab + fs->inode_blocks_per_group - 1, &zero))
-			continue;
-		nx_set_msg(msg, msglen, "the block bitmap shows metadata of "
-			   "group %u as free; run e2fsck", g);
-		return EXT2_ET_FILESYSTEM_CORRUPTED;
-	}
-	return 0;
-}
-
-static errcode_t open_fs(struct nx_volume *vol, char *msg, size_t msglen)
+static errcode_t open_fs(struct nx_volume *vol, struct nx_probe *probe,
+			 struct nx_damage *dmg, char *msg, size_t msglen)
 {
 	int oflags = EXT2_FLAG_64BITS | EXT2_FLAG_FORCE | EXT2_FLAG_SKIP_MMP;
 	struct ext2_super_block *sb;
@@ -285,15 +226,15 @@ static errcode_t open_fs(struct nx_volume *vol, char *msg, size_t msglen)
 
 	if (!nx_volume_rdonly(vol))
 		oflags |= EXT2_FLAG_RW;
+	else
+		oflags |= EXT2_FLAG_IGNORE_CSUM_ERRORS;	/* see read_bitmaps */
 	err = nx_txn_replay_device(vol->device, !nx_volume_rdonly(vol), msg,
 				   msglen);
 	if (err)
-		return err;
-	/*
-	 * First open without FORCE semantics mattering: libext2fs validates
-	 * the superblock and descriptors (magic, geometry, checksums); only
-	 * the feature policy is ours, applied below.
-	 */
+		return nx_sanity_journal_refusal(vol->device, err,
+				nx_volume_rdonly(vol),
+				ext2fs_has_feature_has_snapshot(&probe->sb),
+				msg, msglen);
 	err = ext2fs_open2(vol->device, NULL, oflags, 0, 0, nx_blkio_manager,
 			   &vol->fs);
 	if (err) {
@@ -309,37 +250,53 @@ static errcode_t open_fs(struct nx_volume *vol, char *msg, size_t msglen)
 	 * are while mounted; e2fsck and resize2fs refresh them.
 	 */
 	vol->fs->flags |= EXT2_FLAG_MASTER_SB_ONLY;
-	err = check_features(sb, nx_volume_rdonly(vol), msg, msglen);
-	if (err)
-		return err;
-	err = check_geometry(vol->fs, msg, msglen);
-	if (err)
-		return err;
+	/* Again: the replay may have brought back another superblock. */
+	check_features(sb, nx_volume_rdonly(vol), dmg);
+	if (dmg->level || nx_sanity_check_layout(vol->fs, dmg))
+		return EXT2_ET_FILESYSTEM_CORRUPTED;
 	vol->io = nx_blkio_from_channel(vol->fs->io);
 	nx_blkio_set_unit(vol->io, vol->fs->blocksize);
-	/*
-	 * libext2fs's default bitmaps are flat arrays: 32 MiB per bitmap on
-	 * 1 TiB, and nextfs keeps several per snapshot.  Red-black trees of
-	 * extents cost what the allocation pattern costs instead.
-	 */
-	vol->fs->default_bitmap_type = EXT2FS_BMAP64_RBTREE;
-	err = ext2fs_read_bitmaps(vol->fs);
-	if (err) {
-		nx_set_msg(msg, msglen, "%s: cannot read allocation bitmaps: %s",
-			vol->device, error_message(err));
+	err = read_bitmaps(vol, dmg);
+	if (err)
 		return err;
-	}
+	if (nx_volume_rdonly(vol))
+		return nx_sanity_check_root(vol->fs, dmg) ?
+		       EXT2_ET_FILESYSTEM_CORRUPTED : 0;
+	/* Before anything is written, and before the orphans are freed. */
+	if (nx_sanity_check_loaded(vol->fs, dmg))
+		return EXT2_ET_FILESYSTEM_CORRUPTED;
 	/* Before nx_snap_attach: cow.c's callbacks chain to ours. */
-	if (!nx_volume_rdonly(vol)) {
-		err = check_block_bitmap(vol->fs, msg, msglen);
-		if (err)
-			return err;
-		err = nx_meta_attach(vol);
-		if (err)
-			nx_set_msg(msg, msglen, "%s: %s", vol->device,
-				   error_message(err));
-	}
+	err = nx_meta_attach(vol);
+	if (err)
+		nx_set_msg(msg, msglen, "%s: %s", vol->device,
+			   error_message(err));
 	return err;
+}
+
+/*
+ * Everything that can be checked before the journal is replayed (the
+ * replay writes): what is on the device, the feature policy, and the
+ * kernel's checks of the superblock and descriptors.  Damage that
+ * allows reading is only reported for read-only opens.
+ */
+static errcode_t precheck(struct nx_volume *vol, struct nx_probe *probe,
+			  struct nx_damage *dmg, char *msg, size_t msglen)
+{
+	int rdonly = nx_volume_rdonly(vol);
+	errcode_t err;
+
+	err = nx_probe_device(vol->device, rdonly, probe, msg, msglen);
+	if (err)
+		return err;
+	check_features(&probe->sb, rdonly, dmg);
+	if (dmg->level != NX_DAMAGE_FATAL)
+		nx_sanity_precheck(vol->device, probe, dmg);
+	if (dmg->level == NX_DAMAGE_RW && rdonly) {
+		fprintf(stderr, "nextfs: %s: warning: %s; reading it as it "
+			"is\n", vol->device, dmg->problem);
+		memset(dmg, 0, sizeof(*dmg));
+	}
+	return dmg->level ? EXT2_ET_FILESYSTEM_CORRUPTED : 0;
 }
 
 /* Inodes a crash left on the orphan list are freed, as the kernel does. */
@@ -363,9 +320,33 @@ static errcode_t free_orphans(struct nx_volume *vol, char *msg, size_t msglen)
 	return err;
 }
 
+/* The one line for a volume refused because of DMG. */
+static errcode_t refuse(struct nx_volume *vol, const struct nx_damage *dmg,
+			struct nx_probe *probe, char *msg, size_t msglen)
+{
+	return nx_sanity_refusal(vol->device, dmg, nx_volume_rdonly(vol),
+				 ext2fs_has_feature_has_snapshot(&probe->sb),
+				 msg, msglen);
+}
+
+/* Let go of the device (the claim, then the lock) and free VOL. */
+static void release(struct nx_volume *vol)
+{
+	if (vol->claim_fd >= 0)
+		close(vol->claim_fd);
+	if (vol->lock_fd >= 0)
+		close(vol->lock_fd);
+	pthread_mutex_destroy(&vol->lock);
+	free(vol->device);
+	free(vol->xcache);
+	free(vol);
+}
+
 errcode_t nx_volume_open(const char *device, int flags,
 			 struct nx_volume **ret, char *msg, size_t msglen)
 {
+	struct nx_damage dmg = { 0 };
+	struct nx_probe probe;
 	struct nx_volume *vol;
 	errcode_t err;
 
@@ -376,6 +357,7 @@ errcode_t nx_volume_open(const char *device, int flags,
 	if (!vol)
 		return EXT2_ET_NO_MEMORY;
 	vol->lock_fd = -1;
+	vol->claim_fd = -1;
 	vol->flags = flags;
 	pthread_mutex_init(&vol->lock, NULL);
 	vol->device = strdup(device);
@@ -388,11 +370,17 @@ errcode_t nx_volume_open(const char *device, int flags,
 	if (err)
 		goto fail;
 	if (!nx_volume_rdonly(vol)) {
-		err = check_not_mounted(vol, msg, msglen);
+		err = nx_claim_device(vol->device, &vol->claim_fd, msg, msglen);
+		if (!err)
+			err = check_not_mounted(vol, msg, msglen);
 		if (err)
 			goto fail;
 	}
-	err = open_fs(vol, msg, msglen);
+	err = precheck(vol, &probe, &dmg, msg, msglen);
+	if (!err)
+		err = open_fs(vol, &probe, &dmg, msg, msglen);
+	if (err && dmg.level)
+		err = refuse(vol, &dmg, &probe, msg, msglen);
 	if (err)
 		goto fail;
 	err = nx_snap_attach(vol, msg, msglen);
@@ -406,9 +394,9 @@ errcode_t nx_volume_open(const char *device, int flags,
 	if (!nx_volume_rdonly(vol)) {
 		err = nx_txn_start(vol, msg, msglen);
 		if (err) {
-			if (msg && !msg[0])
-				nx_set_msg(msg, msglen, "%s: %s", vol->device,
-					   error_message(err));
+			err = nx_sanity_journal_refusal(vol->device, err, 0,
+				ext2fs_has_feature_has_snapshot(&probe.sb),
+				msg, msglen);
 			goto fail;
 		}
 	}
@@ -434,12 +422,7 @@ fail:
 		vol->fs->flags &= ~EXT2_FLAG_DIRTY;
 		ext2fs_close_free(&vol->fs);
 	}
-	if (vol->lock_fd >= 0)
-		close(vol->lock_fd);
-	pthread_mutex_destroy(&vol->lock);
-	free(vol->device);
-	free(vol->xcache);
-	free(vol);
+	release(vol);
 	return err;
 }
 
@@ -495,7 +478,8 @@ errcode_t nx_volume_close(struct nx_volume *vol)
 		return 0;
 	if (vol->fs) {
 		/* A volume that failed (txn.c) keeps its last commit. */
-		if (nx_volume_rdonly(vol) && vol->txn) {
+		if (nx_volume_rdonly(vol) &&
+		    (vol->txn || (vol->flags & NX_VOL_ABANDONED))) {
 			err = EIO;
 			nx_txn_abort(vol);
 		}
@@ -525,13 +509,38 @@ errcode_t nx_volume_close(struct nx_volume *vol)
 			ext2fs_free(vol->fs);
 		vol->fs = NULL;
 	}
-	if (vol->lock_fd >= 0)
-		close(vol->lock_fd);
-	pthread_mutex_destroy(&vol->lock);
-	free(vol->device);
-	free(vol->xcache);
-	free(vol);
+	release(vol);
 	return err;
+}
+
+void nx_volume_release_claim(struct nx_volume *vol)
+{
+	if (vol->claim_fd >= 0)
+		close(vol->claim_fd);
+	vol->claim_fd = -1;
+}
+
+errcode_t nx_volume_reclaim(struct nx_volume *vol, char *msg, size_t msglen)
+{
+	errcode_t err;
+
+	if (nx_volume_rdonly(vol) || vol->claim_fd >= 0)
+		return 0;
+	err = nx_claim_device(vol->device, &vol->claim_fd, msg, msglen);
+	if (err) {
+		/*
+		 * Someone else has the device now: writing our last state
+		 * would write under them.  What is on it is our last commit
+		 * (with a journal, marked for recovery), which is safe.
+		 */
+		nx_volume_abandon(vol);
+	}
+	return err;
+}
+
+void nx_volume_abandon(struct nx_volume *vol)
+{
+	vol->flags |= NX_VOL_RDONLY | NX_VOL_ABANDONED;
 }
 
 errcode_t nx_volume_pread(struct nx_volume *vol, void *buf, uint64_t len,

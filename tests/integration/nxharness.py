@@ -249,6 +249,7 @@ class Mount:
         self.user = user        # (uid, gid) for an unprivileged mount
         self.proc = None
         self.killed = False     # daemon killed on purpose by the test
+        self.expect_status = 0  # the daemon's exit status the test wants
         self.log_start = 0      # this daemon's part of the (shared) log
 
     def p(self, *parts):
@@ -338,24 +339,53 @@ class Mount:
     def _umount_argv(self, lazy):
         if backend() == 'kernel':
             return ['umount'] + (['-l'] if lazy else []) + [self.path]
-        argv = [FUSERMOUNT, '-u'] + (['-z'] if lazy else []) + [self.path]
+        if backend() == 'nextfs' and not lazy:
+            # Returns once the daemon has written everything back and
+            # released the image (P11), or fails saying why not.
+            argv = [tool_path(), 'umount', self.path]
+        else:
+            argv = [FUSERMOUNT, '-u'] + (['-z'] if lazy else []) + \
+                [self.path]
         if self.user:
             argv = as_user_argv(*self.user) + argv
         return argv
 
     def unmount(self, problems):
-        """Unmount, retrying while busy; True if it had to be lazy."""
+        """Unmount, retrying while busy; True if it had to be lazy.
+
+        With nextfs the unmount is "nextfs umount": when it returns the
+        image must be complete and free.  Its failure other than "busy"
+        (exit status 3: the daemon reported an error or died) is a
+        problem, unless the test killed the daemon.
+        """
         if not is_mounted(self.path):
             return False
         for _ in range(50):
-            run(self._umount_argv(False), check=False)
+            p = run(self._umount_argv(False), check=False)
             if not is_mounted(self.path):
+                if p.returncode != 0 and not self.killed:
+                    problems.append('%s exited with status %d:\n%s' %
+                                    (' '.join(self._umount_argv(False)),
+                                     p.returncode, p.stdout))
                 return False
             time.sleep(0.1)
         problems.append('mount still busy after 5 s of retries; '
                         'lazy unmount')
         run(self._umount_argv(True), check=False)
         return True
+
+    def check_released(self, problems):
+        """Right after the unmount returned: nothing holds the image."""
+        if backend() != 'nextfs' or self.proc is None:
+            return
+        fd = os.open(self.image, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            problems.append('the image is still locked by the daemon '
+                            'when the unmount has returned')
+        finally:
+            os.close(fd)
 
     def stop_daemon(self, problems, timeout=60):
         if self.proc is None:
@@ -367,7 +397,7 @@ class Mount:
                             'killed' % timeout)
             self.kill()
         rc = self.proc.returncode
-        if rc != 0 and not self.killed:
+        if rc != self.expect_status and not self.killed:
             problems.append('daemon exited with status %d (%s)\n%s' %
                             (rc, ('signal %d' % -rc) if rc < 0 else 'error',
                              self.log_tail()))
@@ -449,6 +479,12 @@ def mounted(image, opts=(), user=None, check=True, workdir=None,
         close_fds_below(mnt)
         was_mounted = is_mounted(mnt)
         lazy = m.unmount(problems)
+        # At once, before the daemon is reaped: the unmount must have
+        # waited for everything to be written and released (P11).
+        if was_mounted and not lazy and not m.killed:
+            m.check_released(problems)
+        if check:
+            fsck_problem(m.image, problems)
         if m.proc is not None:
             if not was_mounted and m.proc.poll() is None:
                 m.kill()            # never mounted: start() has failed
@@ -459,19 +495,22 @@ def mounted(image, opts=(), user=None, check=True, workdir=None,
             os.rmdir(mnt)
         except OSError:
             pass
-        if check:
-            rc, out = fsck(m.image)
-            if rc != 0:
-                kept = ''
-                if os.environ.get('NEXTFS_KEEP_FAILED') == '1':
-                    kept = tempfile.mktemp(prefix='nextfs-failed-',
-                                           suffix='.img', dir=tmp_root())
-                    shutil.copyfile(m.image, kept)
-                    kept = '\n(image kept as %s)' % kept
-                problems.append('e2fsck -fn %s: exit status %d%s\n%s' %
-                                (m.image, rc, kept, tail(out, 60)))
         if problems:
             raise AssertionError('\n'.join(problems))
+
+
+def fsck_problem(image, problems):
+    """e2fsck -fn IMAGE; any finding goes to PROBLEMS."""
+    rc, out = fsck(image)
+    if rc != 0:
+        kept = ''
+        if os.environ.get('NEXTFS_KEEP_FAILED') == '1':
+            kept = tempfile.mktemp(prefix='nextfs-failed-', suffix='.img',
+                                   dir=tmp_root())
+            shutil.copyfile(image, kept)
+            kept = '\n(image kept as %s)' % kept
+        problems.append('e2fsck -fn %s: exit status %d%s\n%s' %
+                        (image, rc, kept, tail(out, 60)))
 
 
 def tail(text, lines):

@@ -94,7 +94,7 @@ class CompletionTest(nx.NxTestCase):
     def test_subcommands(self):
         cmds = self.nx('')
         for c in ('snapshot', 'check', 'export', 'diff', 'restore', 'info',
-                  'version'):
+                  'version', 'umount'):
             self.assertIn(c, cmds)
         self.assertEqual(self.nx('sn'), ['snapshot'])
         self.assertEqual(self.nx('--v'), ['--version'])

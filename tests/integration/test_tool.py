@@ -299,13 +299,15 @@ class ToolTest(nx.NxTestCase):
             w.run(60)
             mounted_out = [nextfs('diff', m.path, 'a', 'b', check=0).stdout,
                            nextfs('diff', m.path, 'b', check=0).stdout]
-            # the volume is busy: image-mode commands are refused
+            # the volume is busy: image-mode commands are refused, and
+            # told where it is mounted
+            busy = 'is mounted at %s' % m.path
             p = nextfs('diff', img, 'a', check=1)
-            self.assertIn('in use', p.stdout)
+            self.assertIn(busy, p.stdout)
             p = nextfs('check', img, check=8)
-            self.assertIn('in use', p.stdout)
+            self.assertIn(busy, p.stdout)
             p = nextfs('restore', img, 'b', check=1)
-            self.assertIn('in use', p.stdout)
+            self.assertIn(busy, p.stdout)
             p = nextfs('diff', m.path, 'nope', check=1)
             self.assertIn('no such snapshot', p.stdout)
         image_out = [nextfs('diff', img, 'a', 'b', check=0).stdout,
@@ -444,7 +446,7 @@ class ToolTest(nx.NxTestCase):
         with open(junk, 'wb') as f:
             f.truncate(4 << 20)
         p = nextfs('check', junk, check=8)
-        self.assertIn('not an ext2/ext3/ext4', p.stdout)
+        self.assertIn('not an ext2/3/4 file system', p.stdout)
         nextfs('info', junk, check=1)
         nextfs('export', junk, 's', os.path.join(self.work, 'o'), check=1)
 

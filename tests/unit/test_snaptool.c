@@ -507,7 +507,8 @@ START_TEST(test_bad_input_changes_nothing)
 	close(fd);
 	ck_assert_int_ne(nx_check(junk, NX_CHECK_REPAIR, NULL, NULL, NULL,
 				  &res, msg, sizeof(msg)), 0);
-	ck_assert_ptr_nonnull(strstr(msg, "not an ext2/ext3/ext4"));
+	ck_assert_ptr_nonnull(strstr(msg, "not an ext2/3/4 file system: "
+				     "its first"));
 	unlink(junk);
 	nxt_unlink(path);
 }

@@ -1,0 +1,321 @@
+/*
+ * cmd_umount.c - "nextfs umount [-v] MOUNTPOINT": unmount a nextfs-fuse
+ * mount and return only when its daemon has written everything back and
+ * released the volume, with its verdict.
+ *
+ * The kernel forgets a plain FUSE mount the moment umount returns; the
+ * daemon only then hears of it and still commits, empties the journal
+ * and marks the volume clean.  So: before unmounting, connect to the
+ * daemon's status channel for this mount (holder.h; its name comes from
+ * the mount's MAJ:MIN in /proc/self/mountinfo), unmount (umount2() as
+ * root, fusermount3 -u for a user's own mount), then read what the
+ * daemon says until "done" - with its exit status and last error - or
+ * until it hangs up without (it died).  A daemon that never says
+ * "finishing" still serves: the file system is mounted elsewhere too.
+ * Without a channel (a daemon that already died, or one in another
+ * network namespace) we wait for the volume lock of the mount's source.
+ *
+ * As an umount helper (/sbin/umount.fuse.nextfs and umount.fuseblk.nextfs
+ * may simply run 'nextfs umount "$@"'): umount(8) calls helpers as
+ * "HELPER MOUNTPOINT [-flnrv] [-t TYPE]"; -n, -v and -t TYPE are accepted
+ * here, and the unmount itself never goes through umount(8), so a helper
+ * cannot call itself.
+ *
+ * Exit status: 0 unmounted, written back and released; 1 nothing
+ * unmounted (not mounted, busy, not nextfs); 2 usage; 3 unmounted, but
+ * the daemon ended badly or did not let go (what it said is printed).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <limits.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/file.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include "nextfs/holder.h"
+#include "cli.h"
+
+#define UMOUNT_DAEMON_FAILED	3
+
+/* How long a daemon may take to notice its mount is gone. */
+#define FINISHING_WAIT_MS	10000
+
+extern char **environ;
+
+struct umount_ctx {
+	char path[PATH_MAX];
+	struct nx_mountinfo mi;
+	struct nx_holder_conn *conn;	/* NULL without a channel */
+	int verbose;
+};
+
+static void usage(FILE *out)
+{
+	fprintf(out,
+		"usage: nextfs umount [-v] MOUNTPOINT\n"
+		"\n"
+		"Unmount a nextfs-fuse mount and wait until the daemon has\n"
+		"written everything back and released the volume, so that the\n"
+		"next command (e2fsck, cp, losetup -d, another mount) finds it\n"
+		"complete and free.  Plain 'fusermount3 -u' and 'umount' return\n"
+		"before that.  As root it unmounts with umount(2), otherwise\n"
+		"with fusermount3 -u.\n"
+		"\n"
+		"  -v       say what happens\n"
+		"  -n, -t TYPE  accepted and ignored (umount helper arguments)\n"
+		"\n"
+		"Exit status: 0 unmounted, written back and released; 1 nothing\n"
+		"unmounted (not mounted, busy, not a nextfs mount); 2 usage;\n"
+		"3 unmounted, but nextfs-fuse reported an error or ended without\n"
+		"a word (its message is printed).\n");
+}
+
+/*
+ * The mount point as mountinfo spells it.  A dead FUSE mount (ENOTCONN)
+ * or one we may not look into (EACCES: another user's) cannot be
+ * resolved itself: resolve its directory and add the name.
+ */
+static int mount_path(const char *arg, char *out)
+{
+	char *r = realpath(arg, NULL), *copy, *dir, *base;
+	int e;
+
+	if (r) {
+		snprintf(out, PATH_MAX, "%s", r);
+		free(r);
+		return 0;
+	}
+	e = errno;
+	if (e != ENOTCONN && e != EACCES)
+		return e;
+	copy = strdup(arg);
+	if (!copy)
+		return ENOMEM;
+	base = basename(copy);
+	r = strdup(base);
+	dir = realpath(dirname(copy), NULL);
+	if (dir && r)
+		snprintf(out, PATH_MAX, "%s%s%s", dir,
+			 strcmp(dir, "/") ? "/" : "", r);
+	e = dir && r ? 0 : e;
+	free(dir);
+	free(r);
+	free(copy);
+	return e;
+}
+
+static int is_nextfs_type(const char *fstype)
+{
+	return !strcmp(fstype, "fuse.nextfs") ||
+	       !strcmp(fstype, "fuseblk.nextfs");
+}
+
+/* The daemon's channel for this mount, if it answers. */
+static void connect_daemon(struct umount_ctx *u)
+{
+	char key[NX_HOLDER_KEY_MAX];
+	struct nx_holder_conn *c = malloc(sizeof(*c));
+
+	if (!c)
+		return;
+	nx_holder_mount_key(u->mi.major, u->mi.minor, key, sizeof(key));
+	/* It may already be finishing (its lines can come together). */
+	if (nx_holder_connect(key, u->mi.owner, c) == 0 &&
+	    nx_holder_next(c, 2000) == 0 && c->state != NX_HOLDER_NONE &&
+	    c->state != NX_HOLDER_GONE) {
+		u->conn = c;
+		return;
+	}
+	nx_holder_disconnect(c);
+	free(c);
+}
+
+static int run_fusermount(const char *path)
+{
+	char *argv[] = { "fusermount3", "-u", "--", (char *)path, NULL };
+	pid_t pid;
+	int st;
+
+	if (posix_spawnp(&pid, "fusermount3", NULL, NULL, argv, environ) &&
+	    posix_spawn(&pid, "/bin/fusermount3", NULL, NULL, argv,
+			environ)) {
+		nx_cli_error("umount: cannot run fusermount3");
+		return -1;
+	}
+	while (waitpid(pid, &st, 0) < 0)
+		if (errno != EINTR)
+			return -1;
+	return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
+}
+
+static int do_unmount(struct umount_ctx *u)
+{
+	if (geteuid() != 0)
+		return run_fusermount(u->path);	/* it says why not */
+	if (umount2(u->path, UMOUNT_NOFOLLOW) == 0)
+		return 0;
+	if (errno == EBUSY)
+		nx_cli_error("%s is busy (a process has a file open there, or "
+			     "its working directory); nothing was unmounted",
+			     u->path);
+	else
+		nx_cli_error("cannot unmount %s: %s", u->path, strerror(errno));
+	return -1;
+}
+
+/* With a channel: "finishing" soon, then "done" or a hang-up. */
+static int wait_for_daemon(struct umount_ctx *u)
+{
+	struct nx_holder_conn *c = u->conn;
+
+	if (c->state == NX_HOLDER_SERVING &&
+	    nx_holder_next(c, FINISHING_WAIT_MS) == ETIMEDOUT) {
+		nx_cli_error("%s is unmounted, but nextfs-fuse (pid %ld) still "
+			     "serves %s: the file system is mounted elsewhere "
+			     "too (a bind mount, or another mount namespace); "
+			     "unmount that", u->path, (long)c->pid, c->device);
+		return UMOUNT_DAEMON_FAILED;
+	}
+	if (u->verbose && c->state == NX_HOLDER_FINISHING)
+		printf("unmounted %s; waiting for nextfs-fuse (pid %ld) to "
+		       "write %s back\n", u->path, (long)c->pid, c->device);
+	while (c->state != NX_HOLDER_DONE && c->state != NX_HOLDER_GONE)
+		nx_holder_next(c, -1);
+	if (c->state == NX_HOLDER_GONE) {
+		nx_cli_error("%s: nextfs-fuse (pid %ld) ended without saying "
+			     "how it left %s (killed?); check it with 'nextfs "
+			     "check %s'", u->path, (long)c->pid, c->device,
+			     c->device);
+		return UMOUNT_DAEMON_FAILED;
+	}
+	if (c->status) {
+		nx_cli_error("%s: nextfs-fuse: %s", u->path, c->msg[0] ?
+			     c->msg : "ended with an error");
+		return UMOUNT_DAEMON_FAILED;
+	}
+	if (u->verbose)
+		printf("%s: written back and released\n", c->device);
+	return NX_CLI_OK;
+}
+
+static void on_alarm(int sig)
+{
+	(void)sig;	/* only interrupts flock() */
+}
+
+/* Without a channel: the volume lock says when the daemon let go. */
+static int wait_for_lock(struct umount_ctx *u, int was_dead)
+{
+	struct sigaction sa;
+	int fd = open(u->mi.source, O_RDONLY | O_CLOEXEC), got;
+
+	if (fd >= 0) {
+		memset(&sa, 0, sizeof(sa));
+		sa.sa_handler = on_alarm;	/* no SA_RESTART */
+		sigaction(SIGALRM, &sa, NULL);
+		alarm(NX_HOLDER_WAIT_SECONDS);
+		got = flock(fd, LOCK_SH) == 0;
+		alarm(0);
+		close(fd);
+		if (!got) {
+			nx_cli_error("%s is unmounted, but %s is still held "
+				     "after %d s", u->path, u->mi.source,
+				     NX_HOLDER_WAIT_SECONDS);
+			return UMOUNT_DAEMON_FAILED;
+		}
+	}
+	if (was_dead) {
+		nx_cli_error("%s: its nextfs-fuse had died before the unmount "
+			     "(crashed or killed); check the volume with "
+			     "'nextfs check %s'", u->path, u->mi.source);
+		return UMOUNT_DAEMON_FAILED;
+	}
+	if (u->verbose)
+		printf("unmounted %s (nextfs-fuse gave no status)\n", u->path);
+	return NX_CLI_OK;
+}
+
+static int parse_args(int argc, char **argv, struct umount_ctx *u,
+		      const char **target)
+{
+	int i;
+
+	*target = NULL;
+	for (i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+			usage(stdout);
+			return NX_CLI_OK;
+		} else if (!strcmp(argv[i], "-v")) {
+			u->verbose = 1;
+		} else if (!strcmp(argv[i], "-n")) {
+			;	/* no mtab to update */
+		} else if (!strcmp(argv[i], "-t") && i + 1 < argc) {
+			i++;	/* the helper's own type */
+		} else if (argv[i][0] == '-' && argv[i][1]) {
+			nx_cli_error("umount: unknown option '%s' (a lazy or "
+				     "forced unmount cannot wait for the "
+				     "daemon)", argv[i]);
+			return NX_CLI_USAGE;
+		} else if (!*target) {
+			*target = argv[i];
+		} else {
+			nx_cli_error("umount: one mount point at a time");
+			return NX_CLI_USAGE;
+		}
+	}
+	if (!*target) {
+		usage(stderr);
+		return NX_CLI_USAGE;
+	}
+	return -1;
+}
+
+int nx_cmd_umount(int argc, char **argv)
+{
+	struct umount_ctx u;
+	const char *target;
+	struct stat st;
+	int ret, e, dead = 0;
+
+	memset(&u, 0, sizeof(u));
+	ret = parse_args(argc, argv, &u, &target);
+	if (ret >= 0)
+		return ret;
+	e = mount_path(target, u.path);
+	if (e) {
+		nx_cli_error("%s: %s", target, strerror(e));
+		return NX_CLI_FAIL;
+	}
+	e = nx_mountinfo_find(u.path, &u.mi);
+	if (e) {
+		nx_cli_error("%s: %s", u.path, e == ENOENT ? "not mounted" :
+			     strerror(e));
+		return NX_CLI_FAIL;
+	}
+	connect_daemon(&u);
+	if (!u.conn && !is_nextfs_type(u.mi.fstype)) {
+		nx_cli_error("%s is not a nextfs mount (%s); use umount or "
+			     "fusermount3 -u", u.path, u.mi.fstype);
+		return NX_CLI_FAIL;
+	}
+	/* No channel: has its daemon died? */
+	if (!u.conn && stat(u.path, &st) != 0 && errno == ENOTCONN)
+		dead = 1;
+	if (do_unmount(&u) != 0)
+		ret = NX_CLI_FAIL;
+	else if (u.conn)
+		ret = wait_for_daemon(&u);
+	else
+		ret = wait_for_lock(&u, dead);
+	if (u.conn)
+		nx_holder_disconnect(u.conn);
+	free(u.conn);
+	return ret;
+}
