@@ -128,6 +128,18 @@ int nx_fuse_hidden(ext2_ino_t dir, const char *name, size_t namelen);
 void nx_fuse_fix_stat(const struct nx_fuse *fs, ext2_ino_t ino,
 		      struct stat *st);
 
+/*
+ * opstats.c - per-operation request counters.  nx_fuse_opstats_wrap()
+ * makes OUT a copy of OPS whose every request handler first counts one
+ * request of its kind (the session runs that copy).  The counts are
+ * per process (one mount) and never reset; nx_fuse_opstats_format()
+ * writes the non-zero ones as "NAME COUNT\n" lines (whole lines only)
+ * and returns the length.  Read through the NX_IOC_GET_OPSTATS ioctl.
+ */
+void nx_fuse_opstats_wrap(const struct fuse_lowlevel_ops *ops,
+			  struct fuse_lowlevel_ops *out);
+size_t nx_fuse_opstats_format(char *buf, size_t size);
+
 /* fuse_main.c - run one mount. */
 /*
  * The kernel's readahead for a FUSE mount is 128 KiB (the daemon can only

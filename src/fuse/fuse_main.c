@@ -249,6 +249,7 @@ static void *read_ahead_thread(void *arg)
 int nx_fuse_main(const struct nx_fuse_config *cfg)
 {
 	struct nx_fuse fs;
+	struct fuse_lowlevel_ops ops;
 	struct fuse_session *se = NULL;
 	int status = NX_EXIT_USAGE, mounted = 0, handlers = 0, ret;
 	pthread_t ra_thread;
@@ -264,9 +265,8 @@ int nx_fuse_main(const struct nx_fuse_config *cfg)
 		return NX_EXIT_USAGE;
 	}
 	/* Validates the FUSE options before anything touches the volume. */
-	se = fuse_session_new(cfg->args, &nx_fuse_snap_ops,
-			      sizeof(nx_fuse_snap_ops),
-			      &fs);
+	nx_fuse_opstats_wrap(&nx_fuse_snap_ops, &ops);
+	se = fuse_session_new(cfg->args, &ops, sizeof(ops), &fs);
 	if (!se)
 		goto out;
 	fs.se = se;

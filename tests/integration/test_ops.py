@@ -43,6 +43,28 @@ def resident_bytes(path):
 
 class OpsTest(nx.NxTestCase):
 
+    # ----------------------------------------------------- request counts
+
+    def test_request_counters(self):
+        """NX_IOC_GET_OPSTATS counts the requests the daemon served, by
+        kind: what the benchmark reports as requests per file."""
+        img = self.make_image()
+        with self.mounted(img) as m:
+            before = nx.opstats(m.path)
+            for i in range(5):
+                write_file(m.p('c%d' % i), b'x' * 10)
+            os.mkdir(m.p('d'))
+            after = nx.opstats(m.path)
+
+            def delta(op):
+                return after.get(op, 0) - before.get(op, 0)
+            self.assertEqual(delta('create'), 5)
+            self.assertEqual(delta('mkdir'), 1)
+            self.assertEqual(delta('release'), 5)
+            self.assertGreaterEqual(delta('write'), 5)
+            self.assertEqual(delta('ioctl'), 1)     # the first reading
+            self.assertNotIn('rmdir', after)        # never served here
+
     # ------------------------------------------------------ lookup/getattr
 
     def test_lookup_getattr(self):
