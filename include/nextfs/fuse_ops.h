@@ -4,8 +4,9 @@
  * Contract: FUSE node ids are inode numbers (FUSE_ROOT_ID <-> ext2 inode
  * 2, everything else identity; generation = i_generation), never paths.
  * Every operation runs the fs layer under the volume's big lock; only a
- * live file read does its device I/O after the lock is dropped (the
- * block map is resolved under it; blkio.h says why that is safe).  The
+ * file read does its device I/O after the lock is dropped (the block
+ * map is resolved under it; blkio.h says why that is safe), splicing the
+ * data from the device into the reply where it can (zero copy).  The
  * kernel does the permission checks (the daemon always mounts with
  * default_permissions, and negotiates POSIX ACLs: then the umask is
  * applied here, after default-ACL inheritance); this layer adds what the
@@ -33,6 +34,17 @@
 #define NX_EXIT_OK		0	/* unmounted, volume closed clean */
 #define NX_EXIT_USAGE		1	/* bad arguments, mount or close error */
 #define NX_EXIT_REFUSED		2	/* nx_volume_open() refused the volume */
+
+/*
+ * The largest read the kernel sends.  Replies are spliced (zero copy)
+ * through a pipe of at most 1 MiB (/proc/sys/fs/pipe-max-size; larger
+ * pipes need CAP_SYS_RESOURCE), which must hold the reply header and
+ * the data: libfuse falls back to copying otherwise.  So 1 MiB less a
+ * margin for the header and a few pages of slack.
+ */
+#define NX_MAX_READ		983040	/* 1 MiB - 64 KiB */
+#define NX_STR_(x)		#x
+#define NX_STR(x)		NX_STR_(x)
 
 /* Attribute, entry and negative-entry cache time handed to the kernel. */
 #define NX_FUSE_TIMEOUT		1.0

@@ -265,6 +265,8 @@ int nx_fuse_main(const struct nx_fuse_config *cfg)
 		return NX_EXIT_USAGE;
 	}
 	/* Validates the FUSE options before anything touches the volume. */
+	if (fuse_opt_add_arg(cfg->args, "-omax_read=" NX_STR(NX_MAX_READ)) != 0)
+		goto out;
 	nx_fuse_opstats_wrap(&nx_fuse_snap_ops, &ops);
 	se = fuse_session_new(cfg->args, &ops, sizeof(ops), &fs);
 	if (!se)
