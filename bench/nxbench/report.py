@@ -28,6 +28,8 @@ ISSUE20_VS_FUSE2FS = {'fsync_creates': 1.0}
 ISSUE20_VS_KERNEL = {'fsync_creates': 1.0}
 # workloads whose nextfs requests per entry are reported
 COUNTED = ('untar', 'rm_rf')
+# workloads whose FUSE daemons' CPU time per entry is reported
+CPU_COUNTED = ('untar', 'find_stat', 'rm_rf', 'fsync_creates')
 
 SNAP_OVERWRITE_MIN = 0.85       # with / without an active snapshot
 SNAP_AMPLIFICATION_MAX = 1.02   # bytes written per byte overwritten
@@ -95,6 +97,10 @@ def summarize(res):
                     'target_vs_' + key) or 0)
                 row['verdict_vs_' + key] = verdict(
                     row['nextfs_vs_' + key], row['target_vs_' + key])
+        if w in CPU_COUNTED:
+            row['daemon_cpu_us_per_entry'] = {
+                sysname: median(_values(reps, w, 'daemon_cpu_us_per_entry'))
+                for sysname, reps in suite.items()}
         if w in COUNTED:
             row['requests_per_entry'] = median(
                 _values(suite.get('nextfs', []), w, 'requests_per_entry'))
@@ -304,11 +310,28 @@ def print_tables(res, out):
       'device;\n"raw file": a plain file on the work directory (the device '
       'ceiling, below).\n')
     _print_requests(summ, out)
+    _print_daemon_cpu(summ, out)
     _print_ceiling(summ, out)
     _print_spread(res, out)
     for note in meta.get('notes', []):
         w('note: %s\n' % note)
     _print_snapshots(res, out)
+
+
+def _print_daemon_cpu(summ, out):
+    """The FUSE daemons' CPU time per entry (medians)."""
+    rows = []
+    for wl in CPU_COUNTED:
+        per = (summ['workloads'].get(wl) or {}).get(
+            'daemon_cpu_us_per_entry') or {}
+        vals = ['%s %s' % (k, _fmt(v)) for k, v in sorted(per.items())
+                if v is not None]
+        if vals:
+            rows.append('%s: %s' % (wl, ', '.join(vals)))
+    if rows:
+        out.write(textwrap.fill(
+            'FUSE daemon CPU time per entry (user+system, us): ' +
+            '; '.join(rows), width=78, subsequent_indent='  ') + '\n')
 
 
 def _print_requests(summ, out):
