@@ -152,6 +152,18 @@ void nx_fuse_opstats_wrap(const struct fuse_lowlevel_ops *ops,
 			  struct fuse_lowlevel_ops *out);
 size_t nx_fuse_opstats_format(char *buf, size_t size);
 
+/*
+ * loop.c - serve requests until the session ends (unmount, abort, or a
+ * signal handler's fuse_session_exit), with up to NX_LOOP_MAX_THREADS
+ * threads: the request the waiting thread receives is served by that
+ * thread itself when it only runs under the volume lock, else after
+ * another thread has taken over waiting (reads, large writes, anything
+ * that may wait for the kernel).  0, or a negative errno (-ECONNABORTED:
+ * the kernel aborted the connection).
+ */
+#define NX_LOOP_MAX_THREADS	10
+int nx_fuse_loop(struct fuse_session *se);
+
 /* fuse_main.c - run one mount. */
 /*
  * The kernel's readahead for a FUSE mount is 128 KiB (the daemon can only

@@ -72,26 +72,12 @@ static void go_background(void)
 	log_to_syslog = 1;
 }
 
-/*
- * With FUSE_USE_VERSION 35, fuse_session_loop_mt() is
- * fuse_session_loop_mt_32(), which takes the version 1 struct
- * fuse_loop_config { clone_fd, max_idle_threads } - not the opaque one
- * fuse_loop_cfg_create() returns (3.12 API).  Read as version 1, that one
- * turned clone_fd on and kept no idle worker: every request started a
- * thread that cloned /dev/fuse and exited after that one request (seen
- * with strace on libfuse 3.14; several times slower, far more under ASan).
- * 10 idle workers is libfuse's documented default.
- */
+/* One thread with -s, else nx_fuse_loop() (loop.c says why not libfuse's). */
 static int run_loop(struct fuse_session *se, int singlethread)
 {
-	struct fuse_loop_config config = {
-		.clone_fd = 0,
-		.max_idle_threads = 10,
-	};
-
 	if (singlethread)
 		return fuse_session_loop(se);
-	return fuse_session_loop_mt(se, &config);
+	return nx_fuse_loop(se);
 }
 
 struct nx_committer {

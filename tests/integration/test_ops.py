@@ -1021,6 +1021,46 @@ class OpsTest(nx.NxTestCase):
             verify(m)
 
 
+    def test_requests_served_while_a_read_waits(self):
+        """A read waiting for the device does not hold up the next
+        requests: the thread that received it hands the waiting for
+        /dev/fuse over first (loop.c).  NEXTFS_FAULTS=slow_read makes
+        the read wait 2 s once it has reached the daemon (the request
+        counters say when); stat, listing and a missing name's lookup
+        must all be answered while it is still in flight.  (Not device
+        writes: they wait for reads in flight by design, blkio.h; the
+        fsync first leaves no commit due meanwhile.)"""
+        img = self.make_image()
+        done = threading.Event()
+        with nx.environment(NEXTFS_FAULTS='slow_read=2000000'), \
+                self.mounted(img) as m:
+            write_file(m.p('big'), b'r' * MiB)
+            fd = os.open(m.p('big'), os.O_RDONLY)
+            os.fsync(fd)
+            os.close(fd)
+            reads = nx.opstats(m.path).get('read', 0)
+
+            def reader():
+                buf = mmap.mmap(-1, MiB)    # page-aligned for O_DIRECT
+                fd = os.open(m.p('big'), os.O_RDONLY | os.O_DIRECT)
+                try:
+                    os.preadv(fd, [buf], 0)
+                finally:
+                    os.close(fd)
+                    done.set()
+            th = threading.Thread(target=reader)
+            th.start()
+            try:
+                while nx.opstats(m.path).get('read', 0) == reads:
+                    self.assertFalse(done.is_set(), 'no read reached us')
+                os.stat(m.p('big'))
+                self.assertIn('big', os.listdir(m.path))
+                self.assertFalse(os.path.exists(m.p('missing')))
+                self.assertFalse(done.is_set(),
+                                 'metadata requests waited for the read')
+            finally:
+                th.join()
+
     def test_reads_never_see_reused_blocks(self):
         """File data is read outside the daemon's lock.  A reader racing
         a hole punch must get the file's bytes or zeros, never those of
