@@ -158,8 +158,8 @@ size_t nx_fuse_opstats_format(char *buf, size_t size);
  * threads: the request the waiting thread receives is served by that
  * thread itself when it only runs under the volume lock, else after
  * another thread has taken over waiting (reads, large writes, anything
- * that may wait for the kernel).  0, or a negative errno (-ECONNABORTED:
- * the kernel aborted the connection).
+ * that may wait for the kernel or long).  0, or a negative errno
+ * (-ECONNABORTED: the kernel aborted the connection).
  */
 #define NX_LOOP_MAX_THREADS	10
 int nx_fuse_loop(struct fuse_session *se);

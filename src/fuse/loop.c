@@ -13,7 +13,8 @@
  * writes, so that the next one is received while this one is written;
  * requests that may wait for the kernel (open with O_TRUNC and ioctls
  * send it notifications, which can need other requests answered),
- * snapshot take and delete, fsync, and anything not named below.
+ * snapshot take and delete (mkdir, rmdir), and anything not named
+ * below.
  *
  * Why not libfuse's fuse_session_loop_mt: its idle workers all block in
  * read() on /dev/fuse, and the kernel hands each request to the one that
@@ -85,6 +86,9 @@ static int serve_inline(const struct fuse_buf *buf)
 	case FUSE_CREATE:
 	case FUSE_FALLOCATE:
 	case FUSE_LSEEK:
+	/* A commit holds the volume lock: nothing could run meanwhile. */
+	case FUSE_FSYNC:
+	case FUSE_FSYNCDIR:
 		return 1;
 	default:
 		return 0;
