@@ -43,8 +43,6 @@
  * margin for the header and a few pages of slack.
  */
 #define NX_MAX_READ		983040	/* 1 MiB - 64 KiB */
-#define NX_STR_(x)		#x
-#define NX_STR(x)		NX_STR_(x)
 
 /* Attribute, entry and negative-entry cache time handed to the kernel. */
 #define NX_FUSE_TIMEOUT		1.0
@@ -92,6 +90,7 @@ struct nx_fuse {
 	struct fuse_session *se;	/* for invalidation notices */
 	int dont_mask;			/* POSIX ACLs: the umask is ours */
 	double timeout;			/* NX_FUSE_TIMEOUT unless tuned */
+	unsigned max_read;		/* -o max_read, <= NX_MAX_READ */
 	errcode_t close_err;		/* result of closing the volume */
 	/* snapshot views (snap_ops.c) */
 	fuse_ino_t space;		/* snapshot id << 32; 0 for the live tree */

@@ -232,6 +232,29 @@ static void *read_ahead_thread(void *arg)
 	return NULL;
 }
 
+/*
+ * The largest read the kernel may send: NX_MAX_READ (fuse_ops.h says
+ * why), or less if the user asked for less with -o max_read=N.  libfuse
+ * wants the INIT reply to name the same value as the mount option, so
+ * both come from FS->max_read.
+ */
+static int set_max_read(struct nx_fuse *fs, struct fuse_args *args)
+{
+	static const struct fuse_opt opts[] = {
+		{ "max_read=%u", 0, 0 },
+		FUSE_OPT_END
+	};
+	unsigned user = 0;
+	char opt[64];
+
+	/* Takes the option out of ARGS; it goes back in below. */
+	if (fuse_opt_parse(args, &user, opts, NULL) != 0)
+		return -1;
+	fs->max_read = user && user < NX_MAX_READ ? user : NX_MAX_READ;
+	snprintf(opt, sizeof(opt), "-omax_read=%u", fs->max_read);
+	return fuse_opt_add_arg(args, opt);
+}
+
 int nx_fuse_main(const struct nx_fuse_config *cfg)
 {
 	struct nx_fuse fs;
@@ -251,7 +274,7 @@ int nx_fuse_main(const struct nx_fuse_config *cfg)
 		return NX_EXIT_USAGE;
 	}
 	/* Validates the FUSE options before anything touches the volume. */
-	if (fuse_opt_add_arg(cfg->args, "-omax_read=" NX_STR(NX_MAX_READ)) != 0)
+	if (set_max_read(&fs, cfg->args) != 0)
 		goto out;
 	nx_fuse_opstats_wrap(&nx_fuse_snap_ops, &ops);
 	se = fuse_session_new(cfg->args, &ops, sizeof(ops), &fs);

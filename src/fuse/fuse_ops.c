@@ -220,7 +220,7 @@ static void nx_op_init(void *userdata, struct fuse_conn_info *conn)
 	conn->want &= ~(FUSE_CAP_WRITEBACK_CACHE | FUSE_CAP_HANDLE_KILLPRIV |
 			FUSE_CAP_SPLICE_READ | FUSE_CAP_AUTO_INVAL_DATA);
 	conn->max_write = NX_MAX_WRITE;
-	conn->max_read = NX_MAX_READ;	/* as fuse_main.c mounts it */
+	conn->max_read = fs->max_read;	/* as fuse_main.c mounted it */
 	if (conn->max_readahead > NX_MAX_READAHEAD)
 		conn->max_readahead = NX_MAX_READAHEAD;
 	/* Nanoseconds only where inodes have the *_extra fields. */
