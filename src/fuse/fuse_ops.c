@@ -34,6 +34,7 @@
 #include <unistd.h>
 #include <sys/stat.h>
 #include <linux/fs.h>
+#include <linux/fuse.h>
 #include "nextfs/blkio.h"
 #include "nextfs/dir.h"
 #include "nextfs/file.h"
@@ -49,6 +50,8 @@
 #endif
 
 #define NX_MAX_WRITE		(1U << 20)
+/* pipe-max-size: a larger pipe needs CAP_SYS_RESOURCE (see NX_MAX_READ) */
+#define NX_SPLICE_PIPE_MAX	(1U << 20)
 #define NX_MAX_READAHEAD	(1U << 20)
 
 /* What an operation is about to do, for the i_flags checks. */
@@ -889,11 +892,12 @@ static void nx_op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
  * Reply to a read whose device I/O was planned in RD (the share is
  * held): the bytes that are already in BUF (holes, inline data, blocks
  * a transaction holds) go out from memory, every planned device range
- * is spliced straight from the image's page cache into /dev/fuse (the
- * kernel copies it once, into the FUSE page cache; or moves the page).
- * The share is held until the reply is written, so no device write can
- * change those pages under the splice.  Returns -1 (nothing sent) where
- * the device cannot be spliced from.
+ * is spliced straight from the device (large aligned ranges from its
+ * O_DIRECT descriptor) into /dev/fuse: the kernel copies it once, into
+ * the FUSE page cache.  The share is held until the reply is written,
+ * so no device write can change the data under the splice.  Returns -1
+ * (nothing sent) where the device cannot be spliced from or the reply
+ * has too many pieces for libfuse's pipe.
  */
 static int reply_read_spliced(fuse_req_t req, char *buf, size_t got,
 			      struct nx_file_rd *rd)
@@ -932,6 +936,16 @@ static int reply_read_spliced(fuse_req_t req, char *buf, size_t got,
 		n++;
 	}
 	bv->count = n;
+	/*
+	 * libfuse wants a page of pipe per piece on top of the data, in a
+	 * pipe of at most NX_SPLICE_PIPE_MAX, else it falls back to a copy
+	 * through a freshly allocated buffer: slower than reading into ours.
+	 */
+	if ((size_t)getpagesize() * (n + 2) + sizeof(struct fuse_out_header) +
+	    got > NX_SPLICE_PIPE_MAX) {
+		free(bv);
+		return -1;
+	}
 	nx_blkio_splice_note(rd->io, spliced);
 	fuse_reply_data(req, bv, FUSE_BUF_SPLICE_MOVE);
 	free(bv);
