@@ -215,6 +215,7 @@ def check_systems(args, workdir, fuse_bin, params, notes):
         if x not in mounts.SYSTEMS:
             raise SystemExit('unknown system %s' % x)
     ok = []
+    loop_ok = {}
     fuse = mounts.fuse_usable()
     for x in wanted:
         if x in ('nextfs', 'fuse2fs') and not fuse:
@@ -225,11 +226,18 @@ def check_systems(args, workdir, fuse_bin, params, notes):
         elif x == 'fuse2fs' and not shutil.which('fuse2fs'):
             notes.append('fuse2fs skipped: not installed (apt-get install '
                          'fuse2fs)')
-        elif x == 'kernel':
-            why = mounts.loop_usable(workdir, params['mkimages'])
+        elif x in ('kernel', 'floor'):
+            if 'why' not in loop_ok:
+                w = mounts.loop_usable(workdir, params['mkimages'])
+                loop_ok['why'] = w and 'loop mount impossible (%s)' % w
+            why = loop_ok['why']
+            if x == 'floor' and not why and not fuse:
+                why = '/dev/fuse is not usable'
+            if x == 'floor' and not why:
+                params['floor_bin'], why = mounts.build_floor(workdir)
             if why:
-                notes.append('kernel ext4 skipped: loop mount impossible '
-                             '(%s)' % why)
+                notes.append('%s skipped: %s' % (
+                    'kernel ext4' if x == 'kernel' else 'FUSE floor', why))
             else:
                 ok.append(x)
         else:
@@ -366,6 +374,10 @@ def _finish_notes(res):
             if m.get('o_direct') is False:
                 notes.append('%s: O_DIRECT refused, random I/O ran '
                              'buffered' % sysname)
+            for wl, v in sorted(r.items()):
+                if isinstance(v, dict) and v.get('error'):
+                    notes.append('%s rep %d %s: %s' % (
+                        sysname, i + 1, wl, v['error'][:300]))
             if m.get('fsck_clean') is False:
                 notes.append('%s rep %d: e2fsck -fn found errors after the '
                              'run' % (sysname, i + 1))

@@ -13,7 +13,46 @@ import signal
 import subprocess
 import time
 
-SYSTEMS = ('nextfs', 'fuse2fs', 'kernel')
+SYSTEMS = ('nextfs', 'fuse2fs', 'kernel', 'floor')
+
+# the "FUSE floor": libfuse's passthrough_ll example, as its package ships
+# it, compiled at run time (never kept in this repository); it serves a
+# kernel ext4 on a loop device, the least work a FUSE daemon can do per
+# request
+FLOOR_SOURCE_NAME = 'passthrough_ll.c'
+FLOOR_SOURCE_DEFAULT = '/usr/share/doc/libfuse3-dev/examples/passthrough_ll.c'
+
+
+def floor_source():
+    """Where libfuse3-dev put passthrough_ll.c (dpkg -L), or None."""
+    try:
+        p = run(['dpkg', '-L', 'libfuse3-dev'], check=False)
+        for line in p.stdout.splitlines():
+            if line.endswith('/' + FLOOR_SOURCE_NAME) and \
+                    os.path.isfile(line):
+                return line
+    except OSError:
+        pass
+    return FLOOR_SOURCE_DEFAULT if os.path.isfile(FLOOR_SOURCE_DEFAULT) \
+        else None
+
+
+def build_floor(workdir):
+    """Compile passthrough_ll.c into WORKDIR; (path, None) or (None, why
+    not)."""
+    src = floor_source()
+    if not src:
+        return None, ('%s not found (apt-get install libfuse3-dev)' %
+                      FLOOR_SOURCE_NAME)
+    out = os.path.join(workdir, 'passthrough_ll')
+    try:
+        flags = run(['pkg-config', '--cflags', '--libs', 'fuse3']).stdout
+        # its own directory first: it includes passthrough_helpers.h
+        run(['cc', '-O2', '-I', os.path.dirname(src), '-o', out, src] +
+            flags.split())
+    except (OSError, BenchError) as e:
+        return None, 'cannot compile %s: %s' % (src, str(e)[-300:])
+    return out, None
 
 
 class BenchError(Exception):
@@ -128,6 +167,9 @@ class Mount:
         self.system = system
         self.image = image
         self.mnt = os.path.realpath(mnt)
+        # floor: where the kernel ext4 that passthrough_ll serves is
+        self.src = self.mnt + '.src' if system == 'floor' else None
+        self.src_mounted = False
         self.log_path = log_path
         self.fuse_bin = fuse_bin
         self.proc = None
@@ -146,6 +188,14 @@ class Mount:
     def _daemon_argv(self):
         if self.system == 'nextfs':
             return [self.fuse_bin, '-f', self.image, self.mnt]
+        if self.system == 'floor':
+            # xattr: answer getxattr as nextfs does; without it the kernel
+            # stops asking after the first ENOSYS and the floor would skip
+            # the security.capability lookup before every write (about 3
+            # requests per file of untar) that a file system with xattrs
+            # cannot
+            return [self.fuse_bin, '-f', '-o', 'source=%s,xattr' % self.src,
+                    self.mnt]
         argv = ['fuse2fs', self.image, self.mnt, '-f']
         if not is_root():
             argv += ['-o', 'fakeroot']
@@ -170,6 +220,8 @@ class Mount:
         self.mount_seconds = time.perf_counter() - t0
 
     def _start_fuse(self, timeout):
+        if self.system == 'floor':
+            self._start_kernel(self.src)
         log = open(self.log_path, 'ab')
         try:
             self.proc = subprocess.Popen(self._daemon_argv(),
@@ -191,10 +243,21 @@ class Mount:
                                  (self.system, timeout))
             time.sleep(0.01)
 
-    def _start_kernel(self):
+    def _start_kernel(self, where=None):
         p = run(['losetup', '--find', '--show', self.image])
         self.loopdev = p.stdout.strip()
-        run(['mount', '-t', 'ext4', self.loopdev, self.mnt])
+        if where:
+            os.makedirs(where, exist_ok=True)
+        run(['mount', '-t', 'ext4', self.loopdev, where or self.mnt])
+        self.src_mounted = where is not None
+
+    def _stop_src(self, lazy_if_busy=False):
+        """floor: unmount the kernel ext4 under the daemon (after it)."""
+        if self.src_mounted and is_mounted(self.src):
+            run(['umount', self.src], check=False, timeout=120)
+            if lazy_if_busy and is_mounted(self.src):
+                run(['umount', '-l', self.src], check=False, timeout=30)
+        self.src_mounted = False
 
     def alive(self):
         """False when a FUSE daemon died under us."""
@@ -231,6 +294,7 @@ class Mount:
                     problems.append('daemon exited with status %s: %s' %
                                     (self.exit_status, self.log_tail(5)))
             self.proc = None
+        self._stop_src()
         if self.loopdev:
             run(['losetup', '-d', self.loopdev], check=False)
             self.loopdev = None
@@ -264,6 +328,7 @@ class Mount:
             except subprocess.TimeoutExpired:
                 self.kill()
             self.proc = None
+        self._stop_src(lazy_if_busy=True)
         if self.loopdev:
             run(['losetup', '-d', self.loopdev], check=False, timeout=30)
             self.loopdev = None
@@ -353,6 +418,18 @@ def proc_io(pid):
             k, v = line.split(':')
             out[k.strip()] = int(v)
     return out
+
+
+def proc_cpu_seconds(pid):
+    """User + system CPU seconds of process PID (all its threads, those
+    that exited included), or None."""
+    try:
+        with open('/proc/%d/stat' % pid) as f:
+            fields = f.read().rsplit(')', 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    # utime and stime: fields 14 and 15 of stat(5), 12 and 13 after ')'
+    return (int(fields[11]) + int(fields[12])) / os.sysconf('SC_CLK_TCK')
 
 
 def proc_status_kib(pid, field):

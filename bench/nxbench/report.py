@@ -1,8 +1,9 @@
-"""Medians, ratios, the targets of issue 5, the printed tables, and the
-comparison of two result files."""
+"""Medians, ratios, the targets of issues 5 and 20, the printed tables,
+and the comparison of two result files."""
 
 import json
 import statistics
+import textwrap
 
 from .workloads import WORKLOADS
 
@@ -17,6 +18,18 @@ VS_KERNEL = {'seq_write': 0.5, 'seq_read': 0.5}
 # the streaming workloads and the direction of the device ceiling
 # (meta.raw_disk) each one is bounded by
 RAW_DIRECTION = {'seq_write': 'write_mib_s', 'seq_read': 'read_mib_s'}
+
+# Issue 20 targets: against the raw host file (the device ceiling) for
+# streaming, the FUSE floor (passthrough_ll over kernel ext4) for the
+# metadata workloads, fuse2fs and the kernel for fsync_creates.
+VS_RAW = {'seq_read': 0.6, 'seq_write': 0.85}
+VS_FLOOR = {'untar': 1.0, 'find_stat': 1.0, 'rm_rf': 1.0}
+ISSUE20_VS_FUSE2FS = {'fsync_creates': 1.0}
+ISSUE20_VS_KERNEL = {'fsync_creates': 1.0}
+# workloads whose nextfs requests per entry are reported
+COUNTED = ('untar', 'rm_rf')
+# workloads whose FUSE daemons' CPU time per entry is reported
+CPU_COUNTED = ('untar', 'find_stat', 'rm_rf', 'fsync_creates')
 
 SNAP_OVERWRITE_MIN = 0.85       # with / without an active snapshot
 SNAP_AMPLIFICATION_MAX = 1.02   # bytes written per byte overwritten
@@ -68,6 +81,7 @@ def summarize(res):
         row = {'unit': unit, 'median': med,
                'nextfs_vs_fuse2fs': _ratio(nx, med.get('fuse2fs')),
                'nextfs_vs_kernel': _ratio(nx, med.get('kernel'))}
+        row['nextfs_vs_floor'] = _ratio(nx, med.get('floor'))
         row['target_vs_fuse2fs'] = VS_FUSE2FS.get(w)
         row['verdict_vs_fuse2fs'] = verdict(row['nextfs_vs_fuse2fs'],
                                             VS_FUSE2FS.get(w))
@@ -75,6 +89,22 @@ def summarize(res):
             row['target_vs_kernel'] = VS_KERNEL[w]
             row['verdict_vs_kernel'] = verdict(row['nextfs_vs_kernel'],
                                                VS_KERNEL[w])
+        # issue 20 (its fsync_creates targets: 1x fuse2fs and kernel)
+        for key, table in (('kernel', ISSUE20_VS_KERNEL),
+                           ('floor', VS_FLOOR)):
+            if w in table:
+                row['target_vs_' + key] = max(table[w], row.get(
+                    'target_vs_' + key) or 0)
+                row['verdict_vs_' + key] = verdict(
+                    row['nextfs_vs_' + key], row['target_vs_' + key])
+        if w in CPU_COUNTED:
+            row['daemon_cpu_us_per_entry'] = {
+                sysname: median(_values(reps, w, 'daemon_cpu_us_per_entry'))
+                for sysname, reps in suite.items()}
+        if w in COUNTED:
+            row['requests_per_entry'] = median(
+                _values(suite.get('nextfs', []), w, 'requests_per_entry'))
+            row['requests'] = _median_ops(suite.get('nextfs', []), w)
         summ['workloads'][w] = row
     summ['device_ceiling'] = ceil = _ceiling(res)
     for w, key in RAW_DIRECTION.items():
@@ -84,12 +114,23 @@ def summarize(res):
         target = VS_FUSE2FS[w] * f2 if f2 is not None else None
         row['raw_ceiling_mib_s'] = raw
         row['nextfs_vs_raw'] = _ratio(row['median'].get('nextfs'), raw)
+        row['target_vs_raw'] = VS_RAW[w]
+        row['verdict_vs_raw'] = verdict(row['nextfs_vs_raw'], VS_RAW[w])
         row['target_vs_fuse2fs_mib_s'] = target
         # informational only: the verdict above is not changed by it
         row['target_above_raw'] = (target > raw if target is not None
                                    and raw else None)
     summ['snapshots'] = _summarize_snapshots(res)
     return summ
+
+
+def _median_ops(reps, key):
+    """Median count of each request kind over the repetitions."""
+    ops = {}
+    for r in reps:
+        for op, n in ((r.get(key) or {}).get('requests') or {}).items():
+            ops.setdefault(op, []).append(n)
+    return {op: median(v) for op, v in ops.items()}
 
 
 def _ceiling(res):
@@ -216,10 +257,20 @@ def _fmt(v, unit=''):
     return '%.2f%s' % (v, unit)
 
 
-def _target(ratio, minimum, verdict_):
-    if minimum is None:
-        return _fmt(ratio)
-    return '%s (>=%g %s)' % (_fmt(ratio), minimum, verdict_)
+# ratio columns of the table: (summary key, heading)
+RATIO_COLUMNS = (('fuse2fs', '/fuse2fs'), ('kernel', '/kernel'),
+                 ('floor', '/floor'), ('raw', '/raw'))
+
+
+def _ratio_cell(row, key):
+    """A ratio, and where a target applies whether it is met."""
+    r = row.get('nextfs_vs_' + key)
+    if r is None:
+        return '-'
+    v = row.get('verdict_vs_' + key)
+    if row.get('target_vs_' + key) is None or v not in ('PASS', 'MISS'):
+        return _fmt(r)
+    return '%s %s' % (_fmt(r), 'ok' if v == 'PASS' else 'MISS')
 
 
 def print_tables(res, out):
@@ -229,13 +280,16 @@ def print_tables(res, out):
     w = out.write
     w('\nnextfs benchmark: medians of %d repetition(s); ratios are '
       'nextfs/other\n(every number is a rate: higher is better; '
-      'target and PASS/MISS from issue 5)\n\n' % meta['reps'])
+      '"ok"/"MISS": the target of issue 5 or 20, listed below)\n\n' %
+      meta['reps'])
     hdr = '%-14s %-10s' % ('workload', 'unit')
     for sysname in systems:
         hdr += ' %9s' % sysname
-    hdr += '  %-22s %-22s\n' % ('nextfs/fuse2fs', 'nextfs/kernel')
-    w(hdr)
-    w('-' * (len(hdr) - 1) + '\n')
+    hdr += ' %9s ' % 'raw file'
+    for _, head in RATIO_COLUMNS:
+        hdr += ' %-11s' % head
+    w(hdr.rstrip() + '\n')
+    w('-' * len(hdr.rstrip()) + '\n')
     for wl, unit, _ in WORKLOADS:
         row = summ['workloads'][wl]
         if all(v is None for v in row['median'].values()):
@@ -243,17 +297,61 @@ def print_tables(res, out):
         line = '%-14s %-10s' % (wl, unit)
         for sysname in systems:
             line += ' %9s' % _fmt(row['median'].get(sysname))
-        line += '  %-22s %-22s' % (
-            _target(row['nextfs_vs_fuse2fs'], row.get('target_vs_fuse2fs'),
-                    row.get('verdict_vs_fuse2fs')),
-            _target(row['nextfs_vs_kernel'], row.get('target_vs_kernel'),
-                    row.get('verdict_vs_kernel')))
+        line += ' %9s ' % (_fmt(row['raw_ceiling_mib_s'])
+                           if 'raw_ceiling_mib_s' in row else '')
+        for key, _ in RATIO_COLUMNS:
+            line += ' %-11s' % _ratio_cell(row, key)
         w(line.rstrip() + '\n')
+    w('targets: issue 5: every workload >= 1x fuse2fs; seq_write, seq_read '
+      '>= 3x fuse2fs and\n  >= 0.5x kernel.  issue 20: seq_read >= 0.6x, '
+      'seq_write >= 0.85x the raw file;\n  untar, find_stat, rm_rf >= 1x '
+      'the floor; fsync_creates >= 1x fuse2fs and kernel.\n'
+      '"floor": libfuse\'s passthrough_ll example over kernel ext4 on a loop '
+      'device;\n"raw file": a plain file on the work directory (the device '
+      'ceiling, below).\n')
+    _print_requests(summ, out)
+    _print_daemon_cpu(summ, out)
     _print_ceiling(summ, out)
     _print_spread(res, out)
     for note in meta.get('notes', []):
         w('note: %s\n' % note)
     _print_snapshots(res, out)
+
+
+def _print_daemon_cpu(summ, out):
+    """The FUSE daemons' CPU time per entry (medians)."""
+    rows = []
+    for wl in CPU_COUNTED:
+        per = (summ['workloads'].get(wl) or {}).get(
+            'daemon_cpu_us_per_entry') or {}
+        vals = ['%s %s' % (k, _fmt(v)) for k, v in sorted(per.items())
+                if v is not None]
+        if vals:
+            rows.append('%s: %s' % (wl, ', '.join(vals)))
+    if rows:
+        out.write(textwrap.fill(
+            'FUSE daemon CPU time per entry (user+system, us): ' +
+            '; '.join(rows), width=78, subsequent_indent='  ') + '\n')
+
+
+def _print_requests(summ, out):
+    """nextfs's FUSE requests per entry (its own counters), by kind."""
+    for wl in COUNTED:
+        row = summ['workloads'].get(wl) or {}
+        if row.get('requests_per_entry') is None:
+            continue
+        entries = None
+        ops = row.get('requests') or {}
+        total = sum(v for v in ops.values() if v)
+        if total and row['requests_per_entry']:
+            entries = total / row['requests_per_entry']
+        parts = ['%s %.2f' % (op, n / entries) for op, n in
+                 sorted(ops.items(), key=lambda kv: -kv[1])
+                 if n and entries and n / entries >= 0.005]
+        out.write(textwrap.fill(
+            'nextfs requests per entry, %s: %.2f (%s)' % (
+                wl, row['requests_per_entry'], ', '.join(parts)),
+            width=78, subsequent_indent='  ') + '\n')
 
 
 def _print_ceiling(summ, out):
@@ -484,7 +582,7 @@ def compare(old_path, new_path, out):
     w = out.write
     w('%-28s %12s %12s %8s\n' % ('median', 'old', 'new', 'change'))
     for wl, unit, _ in WORKLOADS:
-        for sysname in ('nextfs', 'fuse2fs', 'kernel'):
+        for sysname in ('nextfs', 'fuse2fs', 'kernel', 'floor'):
             a = old['summary']['workloads'].get(wl, {}).get(
                 'median', {}).get(sysname)
             b = new['summary']['workloads'].get(wl, {}).get(

@@ -9,6 +9,7 @@ Every result is a rate (higher is better) so that nextfs/other ratios
 read the same way for every workload; the raw seconds stay in the JSON.
 """
 
+import fcntl
 import json
 import mmap
 import os
@@ -29,6 +30,7 @@ WORKLOADS = (
     ('rand_write', 'IOPS', 'fio 4 KiB random write, O_DIRECT, end fsync'),
     ('rand_read', 'IOPS', 'fio 4 KiB random read, O_DIRECT, cold, verified'),
     ('rand_read_4j', 'IOPS', 'the same with 4 concurrent readers'),
+    ('rand_write_4j', 'IOPS', 'the same with 4 writers, a file each'),
     ('untar', 'entries/s', 'tar -x of a source tree, incl. sync'),
     ('find_stat', 'entries/s', 'find -printf (lstat of all), cold'),
     ('rm_rf', 'entries/s', 'rm -rf of the tree, incl. sync'),
@@ -113,16 +115,19 @@ class Session:
 # ------------------------------------------------------------------- fio
 
 def odirect_works(path):
-    """Whether O_DIRECT reads work on PATH's file system."""
+    """Whether O_DIRECT reads and writes work on PATH's file system.
+    (libfuse's passthrough_ll, for one, splices written data into its
+    file, which an O_DIRECT file refuses with EINVAL.)"""
     with open(path, 'wb') as f:
         f.write(b'\0' * 8192)
     buf = mmap.mmap(-1, 4096)       # page aligned, as O_DIRECT wants
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
+        fd = os.open(path, os.O_RDWR | os.O_DIRECT)
     except OSError:
         return False
     try:
         os.preadv(fd, [buf], 0)
+        os.pwritev(fd, [buf], 4096)
         return True
     except OSError:
         return False
@@ -148,7 +153,9 @@ def fio(session, name, path, rw, size, io_size, direct, extra=()):
     would otherwise leave a *-verify.state file in the current
     directory.)
     """
-    argv = ['fio', '--name=' + name, '--filename=' + path,
+    argv = ['fio', '--name=' + name] + \
+        ([] if any(x.startswith('--filename_format=') for x in extra)
+         else ['--filename=' + path]) + [
             '--rw=' + rw, '--size=%d' % size, '--io_size=%d' % io_size,
             '--ioengine=psync', '--direct=%d' % int(direct),
             '--fallocate=none', '--randrepeat=1', '--verify=crc32c',
@@ -196,6 +203,29 @@ def fio_randwrite(session, path, size, io_size, direct):
     return res
 
 
+def fio_randwrite_jobs(session, directory, size, io_size, direct, jobs):
+    """JOBS writers at once, each in a file of its own in DIRECTORY (laid
+    out and written back first, untimed), reported as one.  Own files:
+    the kernel serializes writes to one file (its inode lock), so only
+    writers of different files can reach the daemon together and show
+    whether it runs them in parallel."""
+    for j in range(jobs):
+        fio_prep(session, os.path.join(directory, 'rw%dj.%d' % (jobs, j)),
+                 size)
+    os.sync()
+    job = fio(session, 'randwrite%dj' % jobs,
+              os.path.join(directory, 'rw%dj.0' % jobs), 'randwrite', size,
+              io_size, direct,
+              ['--bs=4k', '--do_verify=1', '--end_fsync=1',
+               '--numjobs=%d' % jobs, '--group_reporting',
+               '--filename_format=rw%dj.$jobnum' % jobs,
+               '--directory=' + directory])
+    res = _fio_stats(job['write'])
+    res['verified_bytes'] = job['read']['io_bytes']
+    res['jobs'] = jobs
+    return res
+
+
 def fio_randread(session, path, size, io_size, direct, jobs=1):
     # JOBS readers at once (each reads IO_SIZE / JOBS), reported as one:
     # what a daemon that serializes its reads cannot overlap.
@@ -208,6 +238,75 @@ def fio_randread(session, path, size, io_size, direct, jobs=1):
     res['verified_bytes'] = res['io_bytes']
     res['jobs'] = jobs
     return res
+
+
+# ------------------------------------------------------- request counts
+
+# NX_IOC_GET_OPSTATS (include/nextfs/nxioctl.h): _IOR('N', 0xE1, 4096)
+NX_OPSTATS_SIZE = 4096
+NX_IOC_GET_OPSTATS = (2 << 30) | (NX_OPSTATS_SIZE << 16) | \
+    (ord('N') << 8) | 0xE1
+
+
+def opstats(path):
+    """nextfs-fuse's request counters {operation: count}, or None where
+    the file system does not have them."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        buf = bytearray(NX_OPSTATS_SIZE)
+        fcntl.ioctl(fd, NX_IOC_GET_OPSTATS, buf, True)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    out = {}
+    for line in buf.rstrip(b'\0').decode().splitlines():
+        name, n = line.split()
+        out[name] = int(n)
+    return out
+
+
+class DaemonCost:
+    """What a timed section cost a FUSE daemon: its requests (nextfs
+    only: its counters) and its CPU time, per entry.  The CPU time is
+    less at the mercy of a busy machine than the elapsed time; for the
+    floor it includes the kernel ext4 work done in its system calls (not
+    the loop device's write-back)."""
+
+    def __init__(self, session, entries):
+        self.s = session
+        self.entries = entries
+        self.ops = opstats(session.p())
+        self.cpu = self._cpu()
+
+    def _cpu(self):
+        m = self.s.m
+        return mounts.proc_cpu_seconds(m.pid) if m and m.pid else None
+
+    def result(self):
+        r = requests_between(self.ops, opstats(self.s.p()), self.entries)
+        cpu = self._cpu()
+        if cpu is not None and self.cpu is not None and self.entries:
+            r['daemon_cpu_seconds'] = cpu - self.cpu
+            r['daemon_cpu_us_per_entry'] = (cpu - self.cpu) * 1e6 / \
+                self.entries
+        return r
+
+
+def requests_between(before, after, entries):
+    """The requests a workload cost (minus the reading itself): by
+    operation, in total and per entry."""
+    if before is None or after is None:
+        return {}
+    ops = {k: v - before.get(k, 0) for k, v in after.items()}
+    ops['ioctl'] = ops.get('ioctl', 0) - 1
+    ops = {k: v for k, v in ops.items() if v}
+    total = sum(ops.values())
+    return {'requests': ops, 'requests_total': total,
+            'requests_per_entry': total / entries if entries else None}
 
 
 # ------------------------------------------------------------- the suite
@@ -235,6 +334,8 @@ def run_suite(tracker, system, params, workdir, fuse_bin, log):
     workload -> {'value', 'unit', raw numbers...} or {'error'}."""
     image = os.path.join(workdir, '%s.img' % system)
     mounts.make_image(params['mkimages'], image, params['image_size'])
+    if system == 'floor':
+        fuse_bin = params['floor_bin']
     s = Session(tracker, system, image, os.path.join(workdir, 'mnt'),
                 os.path.join(workdir, '%s.log' % system), fuse_bin,
                 params['timeout'])
@@ -300,14 +401,22 @@ def _run_workloads(s, params, direct, res, log):
         r = fio_randread(s, s.p('rand.dat'), rsize, rio, direct, jobs=4)
         return dict(r, value=r['iops'], unit='IOPS', direct=direct)
 
+    def rand_write_4j():
+        os.mkdir(s.p('rw4j'))
+        r = fio_randwrite_jobs(s, s.p('rw4j'), rsize // 4, rio // 4,
+                               direct, 4)
+        return dict(r, value=r['iops'], unit='IOPS', direct=direct)
+
     def untar():
         os.mkdir(s.p('tree'))
+        cost = DaemonCost(s, tree['entries'])
         t = s.timed(['tar', '-C', s.p('tree'), '-xf', tree['tarball']])
-        return {'seconds': t, 'entries': tree['entries'],
-                'value': _rate(tree['entries'], t), 'unit': 'entries/s'}
+        return dict(cost.result(), seconds=t, entries=tree['entries'],
+                    value=_rate(tree['entries'], t), unit='entries/s')
 
     def find_stat():
         s.remount()
+        cost = DaemonCost(s, tree['entries'])
         t0 = time.perf_counter()
         p = subprocess.run(['find', s.p('tree'), '-printf',
                             '%s %m %U %G %T@ %p\n'],
@@ -317,22 +426,24 @@ def _run_workloads(s, params, direct, res, log):
         if p.returncode != 0:
             raise BenchError('find failed: %s' % p.stderr[-300:])
         n = p.stdout.count(b'\n')
-        return {'seconds': t, 'entries': n, 'value': _rate(n, t),
-                'unit': 'entries/s'}
+        return dict(cost.result(), seconds=t, entries=n, value=_rate(n, t),
+                    unit='entries/s')
 
     def rm_rf():
+        cost = DaemonCost(s, tree['entries'])
         t = s.timed(['rm', '-rf', s.p('tree')])
-        return {'seconds': t, 'entries': tree['entries'],
-                'value': _rate(tree['entries'], t), 'unit': 'entries/s'}
+        return dict(cost.result(), seconds=t, entries=tree['entries'],
+                    value=_rate(tree['entries'], t), unit='entries/s')
 
     def fsync_creates():
+        cost = DaemonCost(s, params['creates'])
         r = s.io('creates', s.p('small'), params['creates'], 4096)
         return dict(r, value=_rate(r['files'], r['seconds']),
-                    unit='files/s')
+                    unit='files/s', **cost.result())
 
     steps = [('seq_write', seq_write), ('seq_read', seq_read),
              ('rand_write', rand_write), ('rand_read', rand_read),
-             ('rand_read_4j', rand_read_4j),
+             ('rand_read_4j', rand_read_4j), ('rand_write_4j', rand_write_4j),
              ('untar', untar), ('find_stat', find_stat), ('rm_rf', rm_rf),
              ('fsync_creates', fsync_creates)]
     for name, fn in steps:

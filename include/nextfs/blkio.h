@@ -83,6 +83,20 @@ errcode_t nx_blkio_pread_shared(struct nx_blkio *io, void *buf, uint64_t len,
 				uint64_t offset);
 
 /*
+ * Zero-copy reads (a shared reader that hands file data on to another
+ * descriptor with splice(2), e.g. a FUSE reply): the descriptor to
+ * splice LEN bytes at OFF from (the O_DIRECT one where the range is
+ * large and aligned, as for reads; else the buffered one), or -1 where
+ * every read must go through nx_blkio_pread_shared (a fault plan fails
+ * reads).  The share protects such a read until the data has left the
+ * source: end it only after the splice into the destination has
+ * completed.  Call nx_blkio_splice_note() just before splicing LEN
+ * bytes: it counts them and applies the fault plan's slow_read.
+ */
+int nx_blkio_splice_fd(struct nx_blkio *io, uint64_t off, uint64_t len);
+void nx_blkio_splice_note(struct nx_blkio *io, uint64_t len);
+
+/*
  * Reads of at least NX_BLKIO_DIRECT_MIN bytes whose offset, length and
  * buffer are multiples of NX_BLKIO_DIRECT_ALIGN bypass the page cache
  * (see the top of this file); callers that read file data in large

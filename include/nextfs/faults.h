@@ -11,8 +11,9 @@
  *     ENOSPC;
  *   - "read_eio": reads touching device blocks [first, first+count) (in
  *     units of UNIT bytes) fail with EIO;
- *   - "slow_read": reads done outside the volume lock (blkio.h) first
- *     sleep USEC microseconds, which widens the races they must survive;
+ *   - "slow_read": reads done outside the volume lock (blkio.h), also
+ *     those spliced (nx_blkio_splice_note), first sleep USEC
+ *     microseconds, which widens the races they must survive;
  *   - "slow_sync": every device sync first sleeps USEC microseconds (a
  *     slow disk: unmount takes a while to write everything back);
  * Without a plan (the default) nothing is changed.  The decision

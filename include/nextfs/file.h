@@ -32,6 +32,10 @@ errcode_t nx_file_read(struct nx_volume *vol, ext2_ino_t ino, void *buf,
  * and ends the share.  *GOT counts the bytes that the end fills.  If
  * _begin fails, unlock normally and do not call _end.  Works on the live
  * volume and on snapshot views (their blocks resolve to live ones).
+ * A caller that moves the planned ranges itself (zero copy: splices them
+ * from nx_blkio_splice_fd() to where they go; RD's segments are in
+ * buffer order, and BUF already holds every byte not planned) ends with
+ * nx_file_read_drop() instead, once those transfers are complete.
  */
 struct nx_file_rd_seg {
 	uint64_t dev;
@@ -47,6 +51,7 @@ errcode_t nx_file_read_begin(struct nx_volume *vol, ext2_ino_t ino,
 			     void *buf, size_t size, uint64_t offset,
 			     struct nx_file_rd *rd, size_t *got);
 errcode_t nx_file_read_end(struct nx_file_rd *rd);
+void nx_file_read_drop(struct nx_file_rd *rd);
 /* Plan reading LEN device bytes at DEV into DST (for snapview.c). */
 errcode_t nx_file_rd_add(struct nx_file_rd *rd, uint64_t dev, char *dst,
 			 uint64_t len);

@@ -4,8 +4,9 @@
  * Contract: FUSE node ids are inode numbers (FUSE_ROOT_ID <-> ext2 inode
  * 2, everything else identity; generation = i_generation), never paths.
  * Every operation runs the fs layer under the volume's big lock; only a
- * live file read does its device I/O after the lock is dropped (the
- * block map is resolved under it; blkio.h says why that is safe).  The
+ * file read does its device I/O after the lock is dropped (the block
+ * map is resolved under it; blkio.h says why that is safe), splicing the
+ * data from the device into the reply where it can (zero copy).  The
  * kernel does the permission checks (the daemon always mounts with
  * default_permissions, and negotiates POSIX ACLs: then the umask is
  * applied here, after default-ACL inheritance); this layer adds what the
@@ -34,6 +35,15 @@
 #define NX_EXIT_OK		0	/* unmounted, volume closed clean */
 #define NX_EXIT_USAGE		1	/* bad arguments, mount or close error */
 #define NX_EXIT_REFUSED		2	/* nx_volume_open() refused the volume */
+
+/*
+ * The largest read the kernel sends.  Replies are spliced (zero copy)
+ * through a pipe of at most 1 MiB (/proc/sys/fs/pipe-max-size; larger
+ * pipes need CAP_SYS_RESOURCE), which must hold the reply header and
+ * the data: libfuse falls back to copying otherwise.  So 1 MiB less a
+ * margin for the header and a few pages of slack.
+ */
+#define NX_MAX_READ		983040	/* 1 MiB - 64 KiB */
 
 /* Attribute, entry and negative-entry cache time handed to the kernel. */
 #define NX_FUSE_TIMEOUT		1.0
@@ -82,6 +92,7 @@ struct nx_fuse {
 	int dont_mask;			/* POSIX ACLs: the umask is ours */
 	double timeout;			/* NX_FUSE_TIMEOUT unless tuned */
 	struct nx_idmap idmap;		/* -o fakeroot (idmap.h) */
+	unsigned max_read;		/* -o max_read, <= NX_MAX_READ */
 	errcode_t close_err;		/* result of closing the volume */
 	/* snapshot views (snap_ops.c) */
 	fuse_ino_t space;		/* snapshot id << 32; 0 for the live tree */
@@ -132,6 +143,30 @@ int nx_fuse_hidden(ext2_ino_t dir, const char *name, size_t namelen);
  */
 void nx_fuse_fix_stat(const struct nx_fuse *fs, ext2_ino_t ino,
 		      struct stat *st);
+
+/*
+ * opstats.c - per-operation request counters.  nx_fuse_opstats_wrap()
+ * makes OUT a copy of OPS whose every request handler first counts one
+ * request of its kind (the session runs that copy).  The counts are
+ * per process (one mount) and never reset; nx_fuse_opstats_format()
+ * writes the non-zero ones as "NAME COUNT\n" lines (whole lines only)
+ * and returns the length.  Read through the NX_IOC_GET_OPSTATS ioctl.
+ */
+void nx_fuse_opstats_wrap(const struct fuse_lowlevel_ops *ops,
+			  struct fuse_lowlevel_ops *out);
+size_t nx_fuse_opstats_format(char *buf, size_t size);
+
+/*
+ * loop.c - serve requests until the session ends (unmount, abort, or a
+ * signal handler's fuse_session_exit), with up to NX_LOOP_MAX_THREADS
+ * threads: the request the waiting thread receives is served by that
+ * thread itself when it only runs under the volume lock, else after
+ * another thread has taken over waiting (reads, large writes, anything
+ * that may wait for the kernel or long).  0, or a negative errno
+ * (-ECONNABORTED: the kernel aborted the connection).
+ */
+#define NX_LOOP_MAX_THREADS	10
+int nx_fuse_loop(struct fuse_session *se);
 
 /* fuse_main.c - run one mount. */
 /*

@@ -22,4 +22,10 @@ struct nx_ioc_time {
 
 #define NX_IOC_GET_MTIME	_IOR('N', 0xE0, struct nx_ioc_time)
 
+#define NX_IOC_OPSTATS_SIZE	4096
+struct nx_ioc_opstats {
+	char text[NX_IOC_OPSTATS_SIZE];
+};
+#define NX_IOC_GET_OPSTATS	_IOR('N', 0xE1, struct nx_ioc_opstats)
+
 #endif

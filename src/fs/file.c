@@ -900,6 +900,14 @@ errcode_t nx_file_read_begin(struct nx_volume *vol, ext2_ino_t ino,
 	return err;
 }
 
+void nx_file_read_drop(struct nx_file_rd *rd)
+{
+	nx_blkio_share_end(rd->io);
+	free(rd->seg);
+	rd->seg = NULL;
+	rd->n = rd->cap = 0;
+}
+
 errcode_t nx_file_read_end(struct nx_file_rd *rd)
 {
 	errcode_t err = 0;
@@ -908,10 +916,7 @@ errcode_t nx_file_read_end(struct nx_file_rd *rd)
 	for (i = 0; i < rd->n && !err; i++)
 		err = nx_blkio_pread_shared(rd->io, rd->seg[i].dst,
 					    rd->seg[i].len, rd->seg[i].dev);
-	nx_blkio_share_end(rd->io);
-	free(rd->seg);
-	rd->seg = NULL;
-	rd->n = rd->cap = 0;
+	nx_file_read_drop(rd);
 	return err;
 }
 

@@ -3,10 +3,12 @@
  * (chattr/lsattr through FS_IOC_GETFLAGS/SETFLAGS and the fileattr pair
  * FS_IOC_FSGETXATTR/FSSETXATTR), the generation number, and nextfs's own
  * NX_IOC_GET_MTIME.  Like every operation, each runs under the volume
- * lock and replies after it is dropped.
+ * lock and replies after it is dropped (NX_IOC_GET_OPSTATS needs no
+ * lock: the counters are atomic).
  */
 #include "fuse_internal.h"
 
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <linux/fs.h>
@@ -145,6 +147,25 @@ static errcode_t ioctl_get_mtime(struct nx_fuse *fs, ext2_ino_t ino,
 	return 0;
 }
 
+/* NX_IOC_GET_OPSTATS: the request counters as text (nxioctl.h). */
+static void reply_opstats(fuse_req_t req, size_t out_bufsz)
+{
+	struct nx_ioc_opstats *st;
+
+	if (out_bufsz < sizeof(*st)) {
+		fuse_reply_err(req, EINVAL);
+		return;
+	}
+	st = calloc(1, sizeof(*st));
+	if (!st) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	nx_fuse_opstats_format(st->text, sizeof(st->text));
+	fuse_reply_ioctl(req, 0, st, sizeof(*st));
+	free(st);
+}
+
 void nx_fuse_ioctl(fuse_req_t req, fuse_ino_t nodeid, unsigned int cmd,
 		   void *arg, struct fuse_file_info *fi, unsigned flags,
 		   const void *in_buf, size_t in_bufsz, size_t out_bufsz)
@@ -160,6 +181,10 @@ void nx_fuse_ioctl(fuse_req_t req, fuse_ino_t nodeid, unsigned int cmd,
 
 	if (flags & FUSE_IOCTL_UNRESTRICTED) {
 		fuse_reply_err(req, ENOTTY);
+		return;
+	}
+	if (cmd == NX_IOC_GET_OPSTATS) {
+		reply_opstats(req, out_bufsz);
 		return;
 	}
 	get_cred(req, &cred);

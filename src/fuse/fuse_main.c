@@ -79,26 +79,12 @@ static void go_background(void)
 	log_to_syslog = 1;
 }
 
-/*
- * With FUSE_USE_VERSION 35, fuse_session_loop_mt() is
- * fuse_session_loop_mt_32(), which takes the version 1 struct
- * fuse_loop_config { clone_fd, max_idle_threads } - not the opaque one
- * fuse_loop_cfg_create() returns (3.12 API).  Read as version 1, that one
- * turned clone_fd on and kept no idle worker: every request started a
- * thread that cloned /dev/fuse and exited after that one request (seen
- * with strace on libfuse 3.14; several times slower, far more under ASan).
- * 10 idle workers is libfuse's documented default.
- */
+/* One thread with -s, else nx_fuse_loop() (loop.c says why not libfuse's). */
 static int run_loop(struct fuse_session *se, int singlethread)
 {
-	struct fuse_loop_config config = {
-		.clone_fd = 0,
-		.max_idle_threads = 10,
-	};
-
 	if (singlethread)
 		return fuse_session_loop(se);
-	return fuse_session_loop_mt(se, &config);
+	return nx_fuse_loop(se);
 }
 
 struct nx_committer {
@@ -382,9 +368,32 @@ static int mount_session(struct fuse_session *se, struct nx_fuse *fs,
 	return -1;
 }
 
+/*
+ * The largest read the kernel may send: NX_MAX_READ (fuse_ops.h says
+ * why), or less if the user asked for less with -o max_read=N.  libfuse
+ * wants the INIT reply to name the same value as the mount option, so
+ * both come from FS->max_read.
+ */
+static int set_max_read(struct nx_fuse *fs, struct fuse_args *args)
+{
+	static const struct fuse_opt opts[] = {
+		{ "max_read=%u", 0, 0 },
+		FUSE_OPT_END
+	};
+	unsigned user = 0;
+	char opt[64];
+
+	/* Takes the option out of ARGS; it goes back in below. */
+	if (fuse_opt_parse(args, &user, opts, NULL) != 0)
+		return -1;
+	fs->max_read = user && user < NX_MAX_READ ? user : NX_MAX_READ;
+	snprintf(opt, sizeof(opt), "-omax_read=%u", fs->max_read);
+	return fuse_opt_add_arg(args, opt);
+}
+
 int nx_fuse_main(const struct nx_fuse_config *cfg)
 {
-	struct fuse_lowlevel_ops ops = session_ops();
+	struct fuse_lowlevel_ops base, ops;
 	struct nx_fuse fs;
 	struct fuse_session *se = NULL;
 	int status = NX_EXIT_USAGE, mounted = 0, handlers = 0, ret;
@@ -402,6 +411,10 @@ int nx_fuse_main(const struct nx_fuse_config *cfg)
 		return NX_EXIT_USAGE;
 	}
 	/* Validates the FUSE options before anything touches the volume. */
+	if (set_max_read(&fs, cfg->args) != 0)
+		goto out;
+	base = session_ops();
+	nx_fuse_opstats_wrap(&base, &ops);
 	se = fuse_session_new(cfg->args, &ops, sizeof(ops), &fs);
 	if (!se)
 		goto out;

@@ -4,7 +4,8 @@
  * Each operation translates the request (node ids, credentials, flags)
  * into fs-layer calls made under the volume's big lock, and the result
  * into one FUSE reply sent after the lock is dropped.  (Reads of file
- * data do the device I/O after the lock too: nx_op_read.)
+ * data do the device I/O after the lock too, spliced into the reply:
+ * nx_op_read.)
  *
  * Division of labour with the kernel: the mount always carries
  * default_permissions (and POSIX ACLs where the kernel offers them), so
@@ -33,6 +34,7 @@
 #include <unistd.h>
 #include <sys/stat.h>
 #include <linux/fs.h>
+#include <linux/fuse.h>
 #include "nextfs/blkio.h"
 #include "nextfs/dir.h"
 #include "nextfs/file.h"
@@ -48,6 +50,8 @@
 #endif
 
 #define NX_MAX_WRITE		(1U << 20)
+/* pipe-max-size: a larger pipe needs CAP_SYS_RESOURCE (see NX_MAX_READ) */
+#define NX_SPLICE_PIPE_MAX	(1U << 20)
 #define NX_MAX_READAHEAD	(1U << 20)
 
 /* What an operation is about to do, for the i_flags checks. */
@@ -219,6 +223,7 @@ static void nx_op_init(void *userdata, struct fuse_conn_info *conn)
 	conn->want &= ~(FUSE_CAP_WRITEBACK_CACHE | FUSE_CAP_HANDLE_KILLPRIV |
 			FUSE_CAP_SPLICE_READ | FUSE_CAP_AUTO_INVAL_DATA);
 	conn->max_write = NX_MAX_WRITE;
+	conn->max_read = fs->max_read;	/* as fuse_main.c mounted it */
 	if (conn->max_readahead > NX_MAX_READAHEAD)
 		conn->max_readahead = NX_MAX_READAHEAD;
 	/* Nanoseconds only where inodes have the *_extra fields. */
@@ -890,34 +895,82 @@ static void nx_op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 }
 
 /*
+ * Reply to a read whose device I/O was planned in RD (the share is
+ * held): the bytes that are already in BUF (holes, inline data, blocks
+ * a transaction holds) go out from memory, every planned device range
+ * is spliced straight from the device (large aligned ranges from its
+ * O_DIRECT descriptor) into /dev/fuse: the kernel copies it once, into
+ * the FUSE page cache.  The share is held until the reply is written,
+ * so no device write can change the data under the splice.  Returns -1
+ * (nothing sent) where the device cannot be spliced from or the reply
+ * has too many pieces for libfuse's pipe.
+ */
+static int reply_read_spliced(fuse_req_t req, char *buf, size_t got,
+			      struct nx_file_rd *rd)
+{
+	struct fuse_bufvec *bv;
+	size_t i, n = 0, pos = 0;
+	uint64_t spliced = 0;
+
+	if (nx_blkio_splice_fd(rd->io, 0, 0) < 0)
+		return -1;
+	bv = malloc(sizeof(*bv) + 2 * (rd->n + 1) * sizeof(bv->buf[0]));
+	if (!bv)
+		return -1;
+	memset(bv, 0, sizeof(*bv));
+	/* Segments come in buffer order (read_blocks and views walk up). */
+	for (i = 0; i <= rd->n; i++) {
+		size_t at = i < rd->n ? (size_t)(rd->seg[i].dst - buf) : got;
+
+		if (at > pos) {
+			memset(&bv->buf[n], 0, sizeof(bv->buf[n]));
+			bv->buf[n].mem = buf + pos;
+			bv->buf[n].size = at - pos;
+			n++;
+		}
+		if (i == rd->n)
+			break;
+		memset(&bv->buf[n], 0, sizeof(bv->buf[n]));
+		bv->buf[n].flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK |
+				   FUSE_BUF_FD_RETRY;
+		bv->buf[n].fd = nx_blkio_splice_fd(rd->io, rd->seg[i].dev,
+						   rd->seg[i].len);
+		bv->buf[n].pos = (off_t)rd->seg[i].dev;
+		bv->buf[n].size = rd->seg[i].len;
+		spliced += rd->seg[i].len;
+		pos = at + rd->seg[i].len;
+		n++;
+	}
+	bv->count = n;
+	/*
+	 * libfuse wants a page of pipe per piece on top of the data, in a
+	 * pipe of at most NX_SPLICE_PIPE_MAX, else it falls back to a copy
+	 * through a freshly allocated buffer: slower than reading into ours.
+	 */
+	if ((size_t)getpagesize() * (n + 2) + sizeof(struct fuse_out_header) +
+	    got > NX_SPLICE_PIPE_MAX) {
+		free(bv);
+		return -1;
+	}
+	nx_blkio_splice_note(rd->io, spliced);
+	fuse_reply_data(req, bv, FUSE_BUF_SPLICE_MOVE);
+	free(bv);
+	return 0;
+}
+
+/*
  * The block map (for a snapshot view: through its chain) is resolved
  * under the lock, the data is read after it is released, so that reads
  * (the kernel's readahead, several readers) overlap with each other and
- * with metadata operations.
+ * with metadata operations.  The reply splices the data from the device
+ * where it can (reply_read_spliced), else reads it into BUF and sends
+ * that.
  */
-static errcode_t read_file(struct nx_fuse *fs, ext2_ino_t ino, char *buf,
-			   size_t size, uint64_t off, size_t *got)
-{
-	struct nx_file_rd rd;
-	errcode_t err;
-
-	nx_volume_lock(fs->vol);
-	err = nx_file_read_begin(fs->vol, ino, buf, size, off, &rd, got);
-	if (err) {
-		nx_volume_unlock(fs->vol);
-		return err;
-	}
-	nx_volume_unlock_sharing(fs->vol);
-	err = nx_file_read_end(&rd);
-	if (err)
-		*got = 0;
-	return err;
-}
-
 static void nx_op_read(fuse_req_t req, fuse_ino_t nodeid, size_t size,
 		       off_t off, struct fuse_file_info *fi)
 {
 	struct nx_fuse *fs = req_fs(req);
+	struct nx_file_rd rd;
 	char *buf = NULL;
 	size_t got = 0;
 	errcode_t err;
@@ -927,11 +980,25 @@ static void nx_op_read(fuse_req_t req, fuse_ino_t nodeid, size_t size,
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
-	err = read_file(fs, to_ext2(nodeid), buf, size, (uint64_t)off, &got);
-	if (err && !got)
+	nx_volume_lock(fs->vol);
+	err = nx_file_read_begin(fs->vol, to_ext2(nodeid), buf, size,
+				 (uint64_t)off, &rd, &got);
+	if (err) {
+		nx_volume_unlock(fs->vol);
+		reply_err(req, err);
+		goto out;
+	}
+	nx_volume_unlock_sharing(fs->vol);
+	if (rd.n && reply_read_spliced(req, buf, got, &rd) == 0) {
+		nx_file_read_drop(&rd);
+		goto out;
+	}
+	err = nx_file_read_end(&rd);
+	if (err)
 		reply_err(req, err);
 	else
 		fuse_reply_buf(req, buf, got);
+out:
 	free(buf);
 }
 

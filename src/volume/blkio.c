@@ -508,6 +508,32 @@ errcode_t nx_blkio_pread_shared(struct nx_blkio *io, void *buf, uint64_t len,
 	return read_device(io, buf, len, offset);
 }
 
+/*
+ * Large aligned ranges come from the O_DIRECT descriptor, as for
+ * read_direct(): spliced from it, the data goes from the device into
+ * pages of the pipe and on to the FUSE page cache without ever filling
+ * the image's page cache.
+ */
+int nx_blkio_splice_fd(struct nx_blkio *io, uint64_t off, uint64_t len)
+{
+	/* Reads the fault plan fails must go through read_device(). */
+	if (io->faults && io->faults->read_eio_count)
+		return -1;
+	if (io->dfd < 0 || len < NX_BLKIO_DIRECT_MIN ||
+	    off % NX_BLKIO_DIRECT_ALIGN || len % NX_BLKIO_DIRECT_ALIGN ||
+	    __atomic_load_n(&io->dfd_refused, __ATOMIC_RELAXED))
+		return io->fd;
+	return io->dfd;
+}
+
+void nx_blkio_splice_note(struct nx_blkio *io, uint64_t len)
+{
+	STAT_ADD(io, read_calls, 1);
+	STAT_ADD(io, bytes_read, len);
+	if (io->faults)
+		nx_faults_slow_shared_read(io->faults);
+}
+
 static errcode_t pwrite_all(struct nx_blkio *io, const char *p, uint64_t len,
 			     uint64_t offset)
 {
@@ -924,6 +950,25 @@ static uint64_t chan_bytes(io_channel channel, int count)
 			 : (uint64_t)count * (uint64_t)channel->block_size;
 }
 
+/*
+ * Does the O_DIRECT descriptor read?  (Some file systems refuse O_DIRECT
+ * at the first read rather than at open.)  Asked once at open, because
+ * reads spliced from it (nx_blkio_splice_dfd) are made by libfuse, where
+ * a refusal could not fall back to the buffered descriptor any more.
+ */
+static int direct_reads_work(int dfd)
+{
+	void *p;
+	int ok;
+
+	if (posix_memalign(&p, NX_BLKIO_DIRECT_ALIGN, NX_BLKIO_DIRECT_ALIGN))
+		return 0;
+	ok = pread(dfd, p, NX_BLKIO_DIRECT_ALIGN, 0) ==
+	     (ssize_t)NX_BLKIO_DIRECT_ALIGN;
+	free(p);
+	return ok;
+}
+
 static errcode_t blkio_open(const char *name, int flags, io_channel *ret)
 {
 	io_channel chan = NULL;
@@ -956,6 +1001,10 @@ static errcode_t blkio_open(const char *name, int flags, io_channel *ret)
 	io->rdonly = !(flags & IO_FLAG_RW);
 	/* No O_EXCL: the first descriptor holds the claim on the device. */
 	io->dfd = open(name, O_RDONLY | O_DIRECT | O_CLOEXEC);
+	if (io->dfd >= 0 && !direct_reads_work(io->dfd)) {
+		close(io->dfd);
+		io->dfd = -1;
+	}
 	pthread_rwlock_init(&io->share, NULL);
 	pthread_mutex_init(&io->stream.lock, NULL);
 	if (getenv("NEXTFS_FAULTS")) {

@@ -664,6 +664,25 @@ def set_inode_flags(path, flags):
         os.close(fd)
 
 
+# NX_IOC_GET_OPSTATS (include/nextfs/nxioctl.h): _IOR('N', 0xE1, 4096 bytes)
+NX_OPSTATS_SIZE = 4096
+NX_IOC_GET_OPSTATS = (2 << 30) | (NX_OPSTATS_SIZE << 16) | (ord('N') << 8) | 0xE1
+
+
+def opstats(path):
+    """The daemon's request counters: {operation: count} (its own
+    NX_IOC_GET_OPSTATS request is counted too)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        buf = bytearray(NX_OPSTATS_SIZE)
+        fcntl.ioctl(fd, NX_IOC_GET_OPSTATS, buf, True)
+    finally:
+        os.close(fd)
+    return {name: int(n) for name, n in
+            (line.split() for line in
+             buf.rstrip(b'\0').decode().splitlines())}
+
+
 def wait_statfs(path, ready, timeout=5.0):
     """Poll statvfs(PATH) until READY(result) holds; return the result.
 
