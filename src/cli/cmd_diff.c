@@ -140,6 +140,7 @@ struct mrec {
 
 struct mdiff {
 	const char *root[2];
+	struct nx_ioc_inomap map[2];	/* each tree's inode numbering */
 	ino_t root_ino[2];
 	int root_touched;		/* an entry of the root came or went */
 	struct mrec *recs;
@@ -243,11 +244,34 @@ static int root_mtime_moved(const char *a, const char *b, int touched)
 	return ta.sec != tb.sec || ta.nsec != tb.nsec;
 }
 
+/*
+ * The tree's own inode number of what stat() calls ST_INO: a snapshot
+ * view shows its files under numbers of its own (nxioctl.h), and a file
+ * is matched across the two trees by the number ext gave it.
+ */
+static ino_t ext_ino(const struct mdiff *md, int s, ino_t st_ino)
+{
+	return (ino_t)((st_ino - md->map[s].base) & md->map[s].mask);
+}
+
+/* Ask the daemon how the tree at ROOT numbers its inodes. */
+static void get_inomap(const char *root, struct nx_ioc_inomap *map)
+{
+	int fd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+
+	if (fd < 0 || ioctl(fd, NX_IOC_GET_INOMAP, map) < 0) {
+		map->base = 0;		/* not nextfs: as they are */
+		map->mask = ~0ULL;
+	}
+	if (fd >= 0)
+		close(fd);
+}
+
 static int mrec_add(struct mdiff *md, int s, const char *full,
 		    const char *rel, ino_t parent, const char *name,
-		    const struct stat *st)
+		    ino_t ino, const struct stat *st)
 {
-	struct mrec *r = mrec_get(md, st->st_ino);
+	struct mrec *r = mrec_get(md, ino);
 	struct mloc *l = calloc(1, sizeof(*l));
 
 	if (!r || !l)
@@ -304,10 +328,11 @@ static int walk_tree(struct mdiff *md, int s, char *full, size_t flen,
 		rel[rlen] = '/';
 		memcpy(rel + rlen + 1, de->d_name, nlen + 1);
 		if (lstat(full, &st) < 0 ||
-		    mrec_add(md, s, full, rel, dir_ino, de->d_name, &st) ||
+		    mrec_add(md, s, full, rel, dir_ino, de->d_name,
+			     ext_ino(md, s, st.st_ino), &st) ||
 		    (S_ISDIR(st.st_mode) &&
 		     walk_tree(md, s, full, flen + 1 + nlen, rel,
-			       rlen + 1 + nlen, st.st_ino))) {
+			       rlen + 1 + nlen, ext_ino(md, s, st.st_ino)))) {
 			if (!md->err)
 				md->err = errno ? errno : EIO;
 			break;
@@ -553,10 +578,12 @@ static int diff_mount(const char *mnt, const char *old, const char *new,
 			return NX_CLI_FAIL;
 		}
 		md.root[s] = roots[s];
-		md.root_ino[s] = st.st_ino;
+		get_inomap(roots[s], &md.map[s]);
+		md.root_ino[s] = ext_ino(&md, s, st.st_ino);
 		snprintf(full, sizeof(full), "%s", roots[s]);
 		rel[0] = 0;
-		if (walk_tree(&md, s, full, strlen(full), rel, 0, st.st_ino)) {
+		if (walk_tree(&md, s, full, strlen(full), rel, 0,
+			      md.root_ino[s])) {
 			nx_cli_error("walking %s failed: %s", roots[s],
 				     strerror(md.err));
 			mfree(&md);

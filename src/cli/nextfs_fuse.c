@@ -27,6 +27,7 @@ struct cli {
 	char *mountpoint;
 	int foreground, singlethread, rdonly;
 	int help, version;
+	int ino32;			/* -o ino32 */
 	int have_fsname, have_subtype, have_default_permissions;
 	char *read_ahead;		/* -o read_ahead_kb=N as given */
 };
@@ -52,6 +53,7 @@ static const struct fuse_opt cli_opts[] = {
 	FUSE_OPT_KEY("subtype=", KEY_SUBTYPE),
 	FUSE_OPT_KEY("default_permissions", KEY_DEFAULT_PERMISSIONS),
 	{ "read_ahead_kb=%s", offsetof(struct cli, read_ahead), 0 },
+	{ "ino32", offsetof(struct cli, ino32), 1 },
 	FUSE_OPT_END
 };
 
@@ -73,6 +75,9 @@ static void usage(FILE *f)
 "  -o read_ahead_kb=N  kernel readahead for files of this mount, in KiB\n"
 "                   (default 4096; 0 leaves the kernel's 128; set only\n"
 "                   when the daemon may write /sys/class/bdi, i.e. root)\n"
+"  -o ino32         inode numbers of snapshot files fit 32 bits, for old\n"
+"                   32-bit programs; they may then collide (see the man\n"
+"                   page); default: 64-bit numbers, never colliding\n"
 "  -h, --help       show this help and the FUSE options, then exit\n"
 "  -V, --version    show the version, then exit\n"
 "\n"
@@ -291,6 +296,7 @@ int main(int argc, char *argv[])
 	cfg.singlethread = c.singlethread;
 	cfg.read_ahead_kb = read_ahead_kb;
 	cfg.read_ahead_given = c.read_ahead != NULL;
+	cfg.ino32 = c.ino32;
 	cfg.args = &args;
 	status = nx_fuse_main(&cfg);
 out:
