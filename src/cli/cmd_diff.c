@@ -6,8 +6,9 @@
  *   + PATH            created
  *   M PATH            content or attributes changed
  *   R OLD -> NEW      renamed (a renamed directory's contents are implied)
- * Bytes below '!', '\' and DEL in names are written as \ooo (octal), so
- * every line splits unambiguously on spaces.  -F adds the file type
+ * Bytes below '!', '\', DEL and bytes that are not printable UTF-8 are
+ * written as \ooo (octal, output.h), so every line splits unambiguously
+ * on spaces.  -F adds the file type
  * (F file, / directory, @ symlink, B/C device, | fifo, = socket).
  *
  * On an unmounted image the library compares block maps (cost grows with
@@ -33,6 +34,7 @@
 #include "nextfs/nxioctl.h"
 #include "nextfs/snaptool.h"
 #include "cli.h"
+#include "output.h"
 
 int nx_cli_open_image(const char *image, struct nx_volume **vol)
 {
@@ -45,18 +47,6 @@ int nx_cli_open_image(const char *image, struct nx_volume **vol)
 		return NX_CLI_FAIL;
 	}
 	return 0;
-}
-
-static void print_path(const char *p)
-{
-	for (; *p; p++) {
-		unsigned char c = *p;
-
-		if (c <= ' ' || c == '\\' || c == 0x7f)
-			printf("\\%03o", c);
-		else
-			putchar(c);
-	}
 }
 
 static char type_char(mode_t type)
@@ -87,10 +77,10 @@ static int print_entry(void *priv, const struct nx_diff_entry *e)
 	if (*show_type)
 		printf(" %c", type_char(e->type));
 	putchar(' ');
-	print_path(e->path);
+	nx_out_escape(stdout, e->path);
 	if (e->kind == NX_DIFF_RENAMED) {
 		printf(" -> ");
-		print_path(e->newpath);
+		nx_out_escape(stdout, e->newpath);
 	}
 	putchar('\n');
 	return ferror(stdout) != 0;
@@ -636,25 +626,19 @@ static void diff_usage(FILE *out)
 int nx_cmd_diff(int argc, char **argv)
 {
 	const char *args[3] = { NULL, NULL, NULL };
-	int i, n = 0, show_type = 0;
+	int n, show_type = 0, rc;
+	const struct nx_cli_opt opts[] = {
+		{ "-F", &show_type, 1 },
+		{ NULL, NULL, 0 },
+	};
 	struct stat st;
 
-	for (i = 1; i < argc; i++) {
-		if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-			diff_usage(stdout);
-			return 0;
-		} else if (!strcmp(argv[i], "-F")) {
-			show_type = 1;
-		} else if (argv[i][0] == '-' && argv[i][1]) {
-			nx_cli_error("diff: unknown option '%s'", argv[i]);
-			return NX_CLI_USAGE;
-		} else if (n < 3) {
-			args[n++] = argv[i];
-		} else {
-			n = 4;
-		}
+	rc = nx_cli_parse(argc, argv, "diff", opts, args, 3, &n);
+	if (rc == NX_CLI_HELP) {
+		diff_usage(stdout);
+		return NX_CLI_OK;
 	}
-	if (n < 2 || n > 3) {
+	if (rc || n < 2 || n > 3) {
 		diff_usage(stderr);
 		return NX_CLI_USAGE;
 	}

@@ -13,8 +13,6 @@
 #include "nextfs/fuse_ops.h"
 
 #include <errno.h>
-#include <inttypes.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -24,7 +22,6 @@
 #include "fuse_internal.h"
 
 #define SNAPDIR_NAME	NX_SNAPDIR_NAME
-#define LIST_XATTR	"user.nextfs.snapshots"
 
 __thread struct nx_fuse *nx_fuse_current;
 
@@ -309,65 +306,18 @@ static void snapdir_rmdir(fuse_req_t req, const char *name)
 		snapdir_changed(live);
 }
 
-/* "ID NS BLOCKS BLOCKSIZE NAME" per line, for nextfs snapshot list. */
-static char *list_text(struct nx_fuse *live, size_t *len)
-{
-	struct nx_snapinfo *list = NULL;
-	size_t cap = 64, used = 0;
-	char *text;
-	int n = 0, i;
-
-	nx_volume_lock(live->vol);
-	if (nx_snap_list(live->vol, &list, &n))
-		n = 0;
-	for (i = 0; i < n; i++)
-		cap += strlen(list[i].name) + 80;
-	text = malloc(cap);
-	for (i = 0; text && i < n; i++)
-		used += snprintf(text + used, cap - used,
-				 "%u %" PRIu64 " %" PRIu64 " %u %s\n",
-				 list[i].id,
-				 (uint64_t)((uint64_t)list[i].taken.tv_sec *
-					    1000000000U + list[i].taken.tv_nsec),
-				 (uint64_t)list[i].blocks,
-				 live->vol->fs->blocksize, list[i].name);
-	nx_volume_unlock(live->vol);
-	free(list);
-	*len = used;
-	return text;
-}
-
+/* .snapshots has no extended attributes (the CLI lists through ioctls). */
 static void snapdir_getxattr(fuse_req_t req, const char *name, size_t size)
 {
-	size_t len;
-	char *text;
-
-	if (strcmp(name, LIST_XATTR)) {
-		fuse_reply_err(req, ENODATA);
-		return;
-	}
-	text = list_text(live_fs(req), &len);
-	if (!text)
-		fuse_reply_err(req, ENOMEM);
-	else if (!size)
-		fuse_reply_xattr(req, len);
-	else if (size < len)
-		fuse_reply_err(req, ERANGE);
-	else
-		fuse_reply_buf(req, text, len);
-	free(text);
+	fuse_reply_err(req, ENODATA);
 }
 
 static void snapdir_listxattr(fuse_req_t req, size_t size)
 {
-	size_t len = sizeof(LIST_XATTR);
-
 	if (!size)
-		fuse_reply_xattr(req, len);
-	else if (size < len)
-		fuse_reply_err(req, ERANGE);
+		fuse_reply_xattr(req, 0);
 	else
-		fuse_reply_buf(req, LIST_XATTR, len);
+		fuse_reply_buf(req, NULL, 0);
 }
 
 /*
