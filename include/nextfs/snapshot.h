@@ -108,9 +108,12 @@ errcode_t nx_snap_take_moved(struct nx_volume *vol, blk64_t pblk,
 
 /*
  * ENOSPC if allocating WANT more blocks for live data would eat into the
- * reserve kept for preserving metadata (s_snapshot_r_blocks_count).
+ * reserve kept for preserving metadata (s_snapshot_r_blocks_count), which
+ * holds while a snapshot is active; nx_snap_reserved() is its size then,
+ * else 0.
  */
 errcode_t nx_snap_check_space(struct nx_volume *vol, blk64_t want);
+blk64_t nx_snap_reserved(struct nx_volume *vol);
 
 /*
  * Complete pending snapshot bookkeeping and write all dirty metadata;

@@ -23,6 +23,7 @@
 #include <sys/statfs.h>
 #include <sys/sysmacros.h>
 #include <et/com_err.h>
+#include "nextfs/reserve.h"
 
 static int log_to_syslog;
 
@@ -193,6 +194,9 @@ static int open_volume(struct nx_fuse *fs, const struct nx_fuse_config *cfg)
 		nx_err("%s", msg[0] ? msg : error_message(err));
 		return -1;
 	}
+	/* Writers without the right stop at the root-reserved blocks. */
+	if (!nx_volume_rdonly(fs->vol))
+		nx_reserve_install(fs->vol);
 	return 0;
 }
 

@@ -18,6 +18,7 @@
 #include <sys/stat.h>
 #include "nextfs/dir.h"
 #include "nextfs/inode.h"
+#include "nextfs/reserve.h"
 #include "nextfs/snapshot.h"
 #include "fuse_internal.h"
 
@@ -398,15 +399,42 @@ static void snapdir_readdir(fuse_req_t req, size_t size, off_t off, int plus)
 		}							\
 	} while (0)
 
-/* Changing operations: EROFS in a view, EPERM in .snapshots. */
+/*
+ * The writer REQ comes from: may it use the root-reserved blocks?  Groups
+ * are read (from /proc) only when a reserve group makes them matter.
+ */
+static void writer_begin(fuse_req_t req)
+{
+	struct ext2_super_block *sb = live_fs(req)->vol->fs->super;
+	const struct fuse_ctx *ctx = fuse_req_ctx(req);
+	struct nx_cred cred;
+
+	if (ctx->uid == 0 || ctx->uid == sb->s_def_resuid ||
+	    !sb->s_def_resgid || !ext2fs_r_blocks_count(sb)) {
+		memset(&cred, 0, sizeof(cred));
+		cred.uid = ctx->uid;
+		cred.gid = ctx->gid;
+	} else {
+		get_cred(req, &cred);
+	}
+	nx_reserve_restrict(!nx_reserve_may_use(&cred, sb));
+}
+
+/*
+ * Changing operations: EROFS in a view, EPERM in .snapshots; live ones
+ * allocate as their writer may (reserve.h).
+ */
 #define DISPATCH_CHANGE(req, nodeid, op_call)				\
 	do {								\
 		uint64_t sp_ = space_of(nodeid);			\
-		if (sp_ == 0)						\
+		if (sp_ == 0) {						\
+			writer_begin(req);				\
 			op_call;					\
-		else							\
+			nx_reserve_restrict(0);				\
+		} else {						\
 			fuse_reply_err(req, sp_ == NX_SPACE_SNAPDIR ?	\
 				       EPERM : EROFS);			\
+		}							\
 	} while (0)
 
 static void s_init(void *userdata, struct fuse_conn_info *conn)

@@ -519,14 +519,19 @@ static blk64_t cow_reserve(ext2_filsys fs)
 	return r;
 }
 
-errcode_t nx_snap_check_space(struct nx_volume *vol, blk64_t want)
+blk64_t nx_snap_reserved(struct nx_volume *vol)
 {
-	ext2_filsys fs = vol->fs;
-
 	if (!vol->snap || !vol->snap->active)
 		return 0;
-	if (ext2fs_free_blocks_count(fs->super) <
-	    want + fs->super->s_snapshot_r_blocks_count)
+	return vol->fs->super->s_snapshot_r_blocks_count;
+}
+
+errcode_t nx_snap_check_space(struct nx_volume *vol, blk64_t want)
+{
+	blk64_t reserved = nx_snap_reserved(vol);
+
+	if (reserved &&
+	    ext2fs_free_blocks_count(vol->fs->super) < want + reserved)
 		return ENOSPC;
 	return 0;
 }
