@@ -107,7 +107,7 @@ static void usage(FILE *out)
 		"  export IMAGE NAME OUT       write a snapshot as a standalone image\n"
 		"  diff IMAGE_OR_MNT OLD [NEW] list what changed between snapshots\n"
 		"  restore IMAGE NAME          roll the live tree back to a snapshot\n"
-		"  info IMAGE                  volume and snapshot summary\n"
+		"  info IMAGE_OR_MOUNTPOINT    volume and snapshot summary\n"
 		"\n"
 		"Run 'nextfs COMMAND --help' for a command's options.\n"
 		"Exit status: 0 success, 1 failure (nothing changed), 2 usage\n"
