@@ -83,9 +83,8 @@ struct nx_fuse {
 	errcode_t close_err;		/* result of closing the volume */
 	/* snapshot views (snap_ops.c) */
 	fuse_ino_t space;		/* snapshot id << 32; 0 for the live tree */
-	uint64_t ino_base;		/* st_ino = (ino_base + ino) & ino_mask */
-	uint64_t ino_mask;		/*   (nx_fuse_st_ino; 0, ~0 live) */
-	int ino32;			/* live: -o ino32, views fold to 32 bits */
+	uint64_t ino_base;		/* st_ino = ino_base + ino (0: live) */
+	int ino32;			/* -o ino32: ... mod 2^32 (nx_fuse_st_ino) */
 	struct timespec root_mtime;	/* views: the take time, shown on "/" */
 	int hides_snapdir;		/* "/" holds a real /.snapshots */
 	struct nx_fuse **views;		/* live: one per snapshot id browsed */
@@ -143,7 +142,9 @@ extern __thread struct nx_fuse *nx_fuse_current;
 static inline uint64_t nx_fuse_st_ino(const struct nx_fuse *fs,
 				      ext2_ino_t ino)
 {
-	return (fs->ino_base + ino) & fs->ino_mask;
+	uint64_t st_ino = fs->ino_base + ino;
+
+	return fs->ino32 ? (uint32_t)st_ino : st_ino;
 }
 
 /* Is NAME in directory DIR the hidden snapshot directory? */

@@ -156,7 +156,7 @@ static errcode_t ioctl_get_inomap(struct nx_fuse *fs, void *out,
 	if (*out_size < sizeof(map))
 		return EINVAL;
 	map.base = fs->ino_base;
-	map.mask = fs->ino_mask;
+	map.mask = fs->ino32 ? 0xffffffffULL : ~0ULL;
 	memcpy(out, &map, sizeof(map));
 	*out_size = sizeof(map);
 	return 0;

@@ -262,7 +262,6 @@ int nx_fuse_main(const struct nx_fuse_config *cfg)
 	memset(&fs, 0, sizeof(fs));
 	fs.timeout = NX_FUSE_TIMEOUT;
 	fs.ino32 = cfg->ino32;
-	fs.ino_mask = cfg->ino32 ? 0xffffffffULL : ~0ULL;
 	fuse_set_log_func(nx_log);
 	fs.nodes = nx_nodes_new();
 	if (!fs.nodes) {

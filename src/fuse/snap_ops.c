@@ -67,17 +67,12 @@ void nx_fuse_fix_stat(const struct nx_fuse *fs, ext2_ino_t ino,
 /* ------------------------------------------------------------------ */
 /* Views                                                               */
 
-/* st_ino = (base + ino) & mask for snapshot ID (fuse_ops.h). */
-static void view_ino_map(const struct nx_fuse *live, uint32_t id,
-			 uint64_t *base, uint64_t *mask)
+/* Where the inode numbers of snapshot ID start (fuse_ops.h). */
+static uint64_t view_ino_base(const struct nx_fuse *live, uint32_t id)
 {
-	if (live->ino32) {
-		*base = (uint64_t)id * live->vol->fs->super->s_inodes_count;
-		*mask = 0xffffffffULL;
-	} else {
-		*base = (uint64_t)id << 32;
-		*mask = ~0ULL;
-	}
+	if (live->ino32)
+		return (uint64_t)id * live->vol->fs->super->s_inodes_count;
+	return (uint64_t)id << 32;
 }
 
 static uint32_t view_id(const struct nx_fuse *v)
@@ -145,7 +140,8 @@ static errcode_t view_fs(struct nx_fuse *live, uint32_t id,
 	v->dont_mask = live->dont_mask;
 	v->timeout = live->timeout;
 	v->space = (fuse_ino_t)id << NX_NODE_SPACE_SHIFT;
-	view_ino_map(live, id, &v->ino_base, &v->ino_mask);
+	v->ino_base = view_ino_base(live, id);
+	v->ino32 = live->ino32;
 	v->root_mtime = info.taken;
 	/*
 	 * Every snapshot nextfs takes holds /.snapshots (made before the
@@ -205,9 +201,9 @@ static void leave_view(void)
 
 /*
  * .snapshots: owned like "/" (whoever owns the volume's root takes
- * snapshots), one link per snapshot, the newest take as mtime.  Asked at
- * every step of a path through it (its attributes are not cached): no
- * I/O beyond the root inode.
+ * snapshots), one link per snapshot, the newest take as mtime.  Asked
+ * whenever the kernel's copy expires, on the way to any snapshot: no I/O
+ * beyond the root inode.
  */
 static void snapdir_stat(struct nx_fuse *live, struct stat *st)
 {
@@ -352,8 +348,8 @@ static void snapdir_readdir(fuse_req_t req, size_t size, off_t off, int plus)
 	struct nx_fuse *live = live_fs(req);
 	char *buf = malloc(size ? size : 1);
 	struct nx_snapinfo info;
+	struct nx_fuse view;
 	size_t used = 0, len = 1;
-	uint64_t base, mask;
 	int i;
 
 	if (!buf) {
@@ -370,11 +366,15 @@ static void snapdir_readdir(fuse_req_t req, size_t size, off_t off, int plus)
 								 EXT2_ROOT_INO),
 					    2);
 	i = off < 2 ? 0 : nx_snap_seek_id(live->vol, (uint32_t)(off - 1));
+	/* Each root as its view numbers it, without opening the view. */
+	memset(&view, 0, sizeof(view));
+	view.ino32 = live->ino32;
 	for (; len && nx_snap_peek(live->vol, i, &info) == 0; i++) {
-		view_ino_map(live, info.id, &base, &mask);
+		view.ino_base = view_ino_base(live, info.id);
 		used += len = snapdir_entry(req, plus, buf + used, size - used,
 					    info.name,
-					    (base + EXT2_ROOT_INO) & mask,
+					    nx_fuse_st_ino(&view,
+							   EXT2_ROOT_INO),
 					    SNAPDIR_COOKIE(info.id));
 	}
 	nx_volume_unlock(live->vol);
