@@ -39,10 +39,10 @@ MIB, GIB = 1 << 20, 1 << 30
 # over all pairs of all repetitions.
 FULL = dict(image_size=4 * GIB, seq_size=GIB, rand_file=256 * MIB,
             rand_io=64 * MIB, creates=2000, tree_limit=None, reps=3,
-            scaling_snaps=8, overwrite_pairs=2)
+            scaling_snaps=8, overwrite_pairs=2, snapdir_snaps=1024)
 QUICK = dict(image_size=GIB, seq_size=256 * MIB, rand_file=64 * MIB,
              rand_io=16 * MIB, creates=500, tree_limit=1500, reps=1,
-             scaling_snaps=8, overwrite_pairs=5)
+             scaling_snaps=8, overwrite_pairs=5, snapdir_snaps=256)
 
 # workloads that need an earlier one's files
 NEEDS = {'seq_read': 'seq_write', 'rand_read': 'rand_write',
@@ -285,7 +285,8 @@ def main(argv):
                         'fuse2fs': tool_version(['fuse2fs', '-V']),
                         'fio': tool_version(['fio', '--version']),
                         'e2fsprogs': tool_version(['mke2fs', '-V'])}},
-           'suite': {}, 'snapshot_costs': [], 'take_scaling': []}
+           'suite': {}, 'snapshot_costs': [], 'take_scaling': [],
+           'snapdir': []}
     t_start = time.perf_counter()
     interrupted = None
     try:
@@ -332,6 +333,9 @@ def main(argv):
                                                fuse_bin, cli, log)
                 c['wall_seconds'] = time.perf_counter() - t0
                 res['take_scaling'].append(c)
+                log('[rep %d/%d] nextfs ls -la .snapshots' % (rep + 1, reps))
+                res['snapdir'].append(snapbench.run_snapdir(
+                    tracker, params, workdir, fuse_bin, cli, log))
         # a second sample of the device ceiling, at the other end of the
         # run (drift on the machine; the ceiling is the better of the two)
         raw.append(raw_disk(workdir, params['seq_size']))

@@ -121,6 +121,7 @@ def summarize(res):
         row['target_above_raw'] = (target > raw if target is not None
                                    and raw else None)
     summ['snapshots'] = _summarize_snapshots(res)
+    summ['snapdir'] = _summarize_snapdir(res)
     return summ
 
 
@@ -131,6 +132,23 @@ def _median_ops(reps, key):
         for op, n in ((r.get(key) or {}).get('requests') or {}).items():
             ops.setdefault(op, []).append(n)
     return {op: median(v) for op, v in ops.items()}
+
+
+# Issue 17: ls -la of a .snapshots with many snapshots, in seconds.
+SNAPDIR_LS_MAX = 0.3
+
+
+def _summarize_snapdir(res):
+    runs = [r for r in res.get('snapdir', []) if not r.get('error')]
+    s = {'snapshots': runs[0]['snapshots'] if runs else None}
+    for key in ('snapdir_cold_seconds', 'snapdir_warm_seconds',
+                'live_dir_cold_seconds', 'live_dir_warm_seconds',
+                'take_all_seconds'):
+        s[key] = median([r.get(key) for r in runs])
+    for key in ('snapdir_cold_seconds', 'snapdir_warm_seconds'):
+        s[key.replace('seconds', 'verdict')] = verdict(
+            s[key], maximum=SNAPDIR_LS_MAX)
+    return s
 
 
 def _ceiling(res):
@@ -316,6 +334,24 @@ def print_tables(res, out):
     for note in meta.get('notes', []):
         w('note: %s\n' % note)
     _print_snapshots(res, out)
+    _print_snapdir(res, out)
+
+
+def _print_snapdir(res, out):
+    s = res['summary'].get('snapdir') or {}
+    if not res.get('snapdir'):
+        return
+    out.write('\nls -la .snapshots with %s snapshots (target <%g s)\n' %
+              (s.get('snapshots'), SNAPDIR_LS_MAX))
+    for when in ('cold', 'warm'):
+        out.write('  %-40s %13s  %s; a live dir as large: %s\n' % (
+            'after a cold mount' if when == 'cold' else 'again',
+            _ms(s.get('snapdir_%s_seconds' % when)),
+            s.get('snapdir_%s_verdict' % when),
+            _ms(s.get('live_dir_%s_seconds' % when))))
+    for r in res['snapdir']:
+        if r.get('error'):
+            out.write('  not available: %s\n' % r['error'])
 
 
 def _print_daemon_cpu(summ, out):

@@ -462,3 +462,58 @@ def _exercise(s, snap, nsnaps, r, log):
             s.io('read', f)
         except BenchError as e:
             r.setdefault('snap_read_errors', []).append(str(e))
+
+
+def _timed_ls(argv, timeout):
+    t0 = time.perf_counter()
+    p = mounts.run(argv, check=False, timeout=timeout)
+    t = time.perf_counter() - t0
+    if p.returncode != 0:
+        raise BenchError('%s: exit %d' % (' '.join(argv), p.returncode))
+    return t
+
+
+def run_snapdir(tracker, params, workdir, fuse_bin, cli, log):
+    """Issue 17: "ls -la .snapshots" with many snapshots (1024 took
+    4.5 s) must cost what a directory of that size costs: under 0.3 s.
+    Timed right after a cold mount (every snapshot's view opened for
+    the first time) and again warm, next to "ls -la" of a live
+    directory with as many subdirectories."""
+    n = params['snapdir_snaps']
+    image = os.path.join(workdir, 'snapdir.img')
+    s = Session(tracker, 'nextfs', image, os.path.join(workdir, 'mnt'),
+                os.path.join(workdir, 'nextfs-snapdir.log'), fuse_bin,
+                params['timeout'])
+    r = {'snapshots': n}
+    try:
+        mounts.make_image(params['mkimages'], image, GIB, lazy=True)
+        s.mount()
+        os.mkdir(s.p('ref'))
+        for i in range(n):
+            os.mkdir(s.p('ref', 'd%04d' % i))
+        s.io('write', s.p('f'), MIB, 1)
+        snap = Snapper(s, cli)
+        t0 = time.perf_counter()
+        for i in range(n):
+            snap.take('s%04d' % i)
+        r['take_all_seconds'] = time.perf_counter() - t0
+        if snap.method != 'mkdir':
+            raise BenchError('snapshots are not taken through the mount')
+        for key, path in (('snapdir', s.p('.snapshots')),
+                          ('live_dir', s.p('ref'))):
+            s.remount()
+            r[key + '_cold_seconds'] = _timed_ls(['ls', '-la', path],
+                                                 s.timeout)
+            r[key + '_warm_seconds'] = _timed_ls(['ls', '-la', path],
+                                                 s.timeout)
+        log('    ls -la .snapshots (%d): cold %.3f s, warm %.3f s; a live '
+            'dir of %d: cold %.3f s, warm %.3f s' % (
+                n, r['snapdir_cold_seconds'], r['snapdir_warm_seconds'], n,
+                r['live_dir_cold_seconds'], r['live_dir_warm_seconds']))
+        s.unmount()
+    except (BenchError, OSError) as e:
+        r['error'] = str(e)
+        log('    ls -la .snapshots: not available: %s' % e)
+    finally:
+        _discard(s, image, r)
+    return r

@@ -242,10 +242,10 @@ def fio_randread(session, path, size, io_size, direct, jobs=1):
 
 # ------------------------------------------------------- request counts
 
-# NX_IOC_GET_OPSTATS (include/nextfs/nxioctl.h): _IOR('N', 0xE1, 4096)
+# NX_IOC_GET_OPSTATS (include/nextfs/nxioctl.h): _IOR('N', 0xE4, 4096)
 NX_OPSTATS_SIZE = 4096
 NX_IOC_GET_OPSTATS = (2 << 30) | (NX_OPSTATS_SIZE << 16) | \
-    (ord('N') << 8) | 0xE1
+    (ord('N') << 8) | 0xE4
 
 
 def opstats(path):

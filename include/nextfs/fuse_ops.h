@@ -96,6 +96,8 @@ struct nx_fuse {
 	errcode_t close_err;		/* result of closing the volume */
 	/* snapshot views (snap_ops.c) */
 	fuse_ino_t space;		/* snapshot id << 32; 0 for the live tree */
+	uint64_t ino_base;		/* st_ino = ino_base + ino (0: live) */
+	int ino32;			/* -o ino32: ... mod 2^32 (nx_fuse_st_ino) */
 	struct timespec root_mtime;	/* views: the take time, shown on "/" */
 	int hides_snapdir;		/* "/" holds a real /.snapshots */
 	struct nx_fuse **views;		/* live: one per snapshot id browsed */
@@ -135,11 +137,36 @@ extern const struct fuse_lowlevel_ops nx_fuse_ops;
 extern const struct fuse_lowlevel_ops nx_fuse_snap_ops;
 extern __thread struct nx_fuse *nx_fuse_current;
 
+/*
+ * Inode numbers (st_ino, d_ino): what tools see, unlike node ids, which
+ * only the kernel sees.  Live files show their ext inode number.  A file
+ * of snapshot ID shows (ID << 32) | its ext inode number - distinct from
+ * every live file and every other snapshot's file, the same after a
+ * remount and whatever other snapshots come and go (ids are never
+ * reused), shared by hard links inside the snapshot.  With -o ino32
+ * (for 32-bit programs, which get EOVERFLOW from numbers above 2^32) it
+ * is (ID * s_inodes_count + ino) mod 2^32 instead: distinct only while
+ * (ID + 1) * s_inodes_count <= 2^32 (docs/snapshots.md).  The virtual
+ * .snapshots directory shows NX_SNAPDIR_STINO: inode 1, ext's bad-blocks
+ * inode, is never a visible file.
+ */
+#define NX_SNAPDIR_STINO	1ULL
+
+static inline uint64_t nx_fuse_st_ino(const struct nx_fuse *fs,
+				      ext2_ino_t ino)
+{
+	uint64_t st_ino = fs->ino_base + ino;
+
+	return fs->ino32 ? (uint32_t)st_ino : st_ino;
+}
+
 /* Is NAME in directory DIR the hidden snapshot directory? */
 int nx_fuse_hidden(ext2_ino_t dir, const char *name, size_t namelen);
 /*
- * Attributes of INO as the kernel is to see them: owners through
- * -o fakeroot's map, and "/" adjusted for the view FS is (see above).
+ * Attributes as the mount shows them: st_ino (above), owners through
+ * -o fakeroot's map, and for "/" of the view FS is the link count
+ * without the hidden /.snapshots and, in a snapshot, the take time as
+ * mtime.
  */
 void nx_fuse_fix_stat(const struct nx_fuse *fs, ext2_ino_t ino,
 		      struct stat *st);
@@ -189,6 +216,7 @@ struct nx_fuse_config {
 	int blkdev;			/* mount as fuseblk: the kernel claims
 					   the device, umount waits for us */
 	unsigned read_ahead_kb;		/* -o read_ahead_kb=N; 0 = kernel's */
+	int ino32;			/* -o ino32: 32-bit snapshot st_ino */
 	int read_ahead_given;		/* ... named by the user: warn if unset */
 	int fakeroot;			/* -o fakeroot: see idmap.h */
 	struct fuse_args *args;		/* argv[0] + options for the session */

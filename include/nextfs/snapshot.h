@@ -28,6 +28,8 @@
 #include "nextfs/dir.h"
 
 #define NX_SNAPDIR_NAME ".snapshots"
+/* Snapshot ids run from 1 to this; take refuses more (EOVERFLOW). */
+#define NX_SNAP_ID_MAX	0xfffffffeU
 
 struct nx_snapinfo {
 	char name[NX_NAME_MAX + 1];
@@ -54,6 +56,18 @@ errcode_t nx_snap_list(struct nx_volume *vol, struct nx_snapinfo **list,
 errcode_t nx_snap_find(struct nx_volume *vol, const char *name,
 		       struct nx_snapinfo *info);
 int nx_snap_count(struct nx_volume *vol);
+
+/*
+ * Browsing without I/O (a listing of .snapshots costs what a directory of
+ * that size costs): the IDX-th snapshot, oldest first, with blocks = 0;
+ * the index of snapshot NAME (-1 if none); the index of the first
+ * snapshot whose id is >= ID (nx_snap_count() if none).  Ids grow from
+ * older to newer snapshots, so an id is a stable position in the list.
+ */
+errcode_t nx_snap_peek(struct nx_volume *vol, int idx,
+		       struct nx_snapinfo *info);
+int nx_snap_name_index(struct nx_volume *vol, const char *name);
+int nx_snap_seek_id(struct nx_volume *vol, uint32_t id);
 
 /* Inode of the real /.snapshots directory (hidden from the live view), or 0. */
 ext2_ino_t nx_snap_dir_ino(struct nx_volume *vol);
@@ -94,9 +108,12 @@ errcode_t nx_snap_take_moved(struct nx_volume *vol, blk64_t pblk,
 
 /*
  * ENOSPC if allocating WANT more blocks for live data would eat into the
- * reserve kept for preserving metadata (s_snapshot_r_blocks_count).
+ * reserve kept for preserving metadata (s_snapshot_r_blocks_count), which
+ * holds while a snapshot is active; nx_snap_reserved() is its size then,
+ * else 0.
  */
 errcode_t nx_snap_check_space(struct nx_volume *vol, blk64_t want);
+blk64_t nx_snap_reserved(struct nx_volume *vol);
 
 /*
  * Complete pending snapshot bookkeeping and write all dirty metadata;

@@ -58,6 +58,15 @@ errcode_t nx_txn_commit(struct nx_volume *vol);
 /* Should the caller commit now? */
 int nx_txn_due(struct nx_volume *vol);
 
+/* Is a commit writing the snapshots' maps and metadata just now? */
+int nx_txn_committing(struct nx_volume *vol);
+
+/*
+ * Blocks freed since the last commit: counted free, but not reused
+ * before the commit (see above).
+ */
+blk64_t nx_txn_held_frees(struct nx_volume *vol);
+
 /* Final commit, leave transaction mode, mark the journal empty. */
 errcode_t nx_txn_stop(struct nx_volume *vol);
 

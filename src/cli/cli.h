@@ -13,10 +13,33 @@
 #define NX_CLI_FAIL	1	/* the operation failed; nothing changed */
 #define NX_CLI_USAGE	2	/* bad command line */
 
-/* "nextfs: " + message + newline on stderr. */
+/*
+ * "nextfs: " + message + newline on stderr; always one line (control
+ * characters in names it quotes come out escaped, output.h).
+ */
 void nx_cli_error(const char *fmt, ...)
 	__attribute__((format(printf, 1, 2)));
 void nx_cli_human_size(uint64_t bytes, char *buf, size_t len);
+
+/*
+ * Command lines.  ARGV[1..] holds options (OPTS: NAMES is "-r|--repair";
+ * each sets *FLAG = VALUE) and positional arguments (names, paths, also
+ * "-" alone and everything after "--"), which go to ARGS[0..MAX).
+ * Returns NX_CLI_OK with *NARGS positional arguments (more than MAX when
+ * there were too many), NX_CLI_HELP for -h/--help, or NX_CLI_USAGE after
+ * saying which option CMD does not know.
+ */
+#define NX_CLI_HELP	(-1)
+
+struct nx_cli_opt {
+	const char *names;
+	int *flag;
+	int value;
+};
+
+int nx_cli_parse(int argc, char **argv, const char *cmd,
+		 const struct nx_cli_opt *opts, const char **args, int max,
+		 int *nargs);
 
 int nx_cmd_snapshot(int argc, char **argv);
 int nx_cmd_check(int argc, char **argv);
@@ -38,5 +61,54 @@ void nx_cli_progress_end(struct nx_progress *prog);
  */
 struct nx_volume;
 int nx_cli_open_image(const char *image, struct nx_volume **vol);
+
+/*
+ * mount.c - a running nextfs-fuse, asked through its mountpoint MNT
+ * (nxioctl.h).  Each returns NX_CLI_OK or prints why not and returns
+ * NX_CLI_FAIL.
+ */
+struct nx_snapinfo;
+struct nx_ioc_volinfo;
+int nx_cli_is_dir(const char *path);
+/* All snapshots, oldest first (ino is 0); free *LIST. */
+int nx_cli_mount_snapshots(const char *mnt, struct nx_snapinfo **list,
+			   int *count, unsigned *blocksize);
+int nx_cli_mount_volinfo(const char *mnt, struct nx_ioc_volinfo *vi);
+/* Where IMAGE (a file or block device) is mounted by FUSE (malloced). */
+char *nx_cli_find_mount(const char *image);
+/*
+ * The volume TARGET names: a nextfs-fuse mountpoint (*MNT, malloced), an
+ * image or device (*VOL, opened with nx_volume_open FLAGS), or an image
+ * a nextfs-fuse daemon serves (*MNT: its mountpoint).
+ */
+int nx_cli_open_target(const char *target, int flags, struct nx_volume **vol,
+		       char **mnt);
+
+/*
+ * snaplist.c - the snapshots of a target, as "snapshot list" and "info"
+ * show them.  TARGET is a mountpoint, an image, or an image in use by a
+ * mount (then asked through that mount).
+ */
+struct nx_cli_snaps {
+	struct nx_snapinfo *s;		/* oldest first; free with free() */
+	int n;
+	unsigned blocksize;
+	char *mnt;			/* the mount asked, or NULL (offline) */
+};
+
+/* ... and, if SB is not NULL, the volume's superblock as it is now. */
+struct ext2_super_block;
+int nx_cli_snaps_get(const char *target, struct nx_cli_snaps *out,
+		     struct ext2_super_block *sb);
+/* From an open volume (offline). */
+int nx_cli_snaps_of_volume(struct nx_volume *vol, struct nx_cli_snaps *out);
+void nx_cli_snaps_free(struct nx_cli_snaps *snaps);
+/* The table: ID NAME TAKEN USED (HELD and ACTIVE with INFO_COLUMNS). */
+void nx_cli_snaps_table(const struct nx_cli_snaps *snaps, int info_columns);
+/* A JSON array of {"id", "name", "taken", "taken_epoch", "used_bytes",
+ * "active"} as the value of KEY (NULL: at the top). */
+struct nx_json;
+void nx_cli_snaps_json(struct nx_json *j, const char *key,
+		       const struct nx_cli_snaps *snaps);
 
 #endif

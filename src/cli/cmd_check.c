@@ -32,6 +32,7 @@
 #include <et/com_err.h>
 #include "nextfs/snaptool.h"
 #include "cli.h"
+#include "output.h"
 
 #define CHECK_CLEAN	0
 #define CHECK_FIXED	1
@@ -55,18 +56,20 @@ static void print_finding(void *priv, enum nx_check_level level,
 	static const char *const tag[] = { "", "warning: ", "error: ",
 					   "repaired: " };
 
+	size_t n = strlen(msg);
+	char *line;
+
 	if (level == NX_CHECK_INFO && !rc->verbose)
 		return;
-	if (level == NX_CHECK_FIXED) {
-		/* The library appends ": fixed"; say it up front instead. */
-		size_t n = strlen(msg);
-
-		if (n > 7 && !strcmp(msg + n - 7, ": fixed"))
-			n -= 7;
-		printf("%s%.*s\n", tag[level], (int)n, msg);
-		return;
-	}
-	printf("%s%s\n", tag[level], msg);
+	/* The library appends ": fixed"; say it up front instead. */
+	if (level == NX_CHECK_FIXED && n > 7 && !strcmp(msg + n - 7, ": fixed"))
+		n -= 7;
+	line = strndup(msg, n);
+	fputs(tag[level], stdout);
+	/* One line per finding, whatever the names in it hold. */
+	nx_out_line(stdout, line ? line : msg);
+	putchar('\n');
+	free(line);
 }
 
 /* ------------------------------------------------------------------ */
@@ -446,16 +449,21 @@ static int fsck_views(const char *image, int verbose, unsigned *errors)
 		n = 0;
 	for (i = 0; i < n; i++) {
 		struct nx_imgsrc *src;
-		char msg[512] = "", what[NX_NAME_MAX + 32];
+		char msg[512] = "", what[NX_QUOTED_NAME_SIZE + 16];
+		char q[NX_QUOTED_NAME_SIZE];
 		errcode_t err;
 
-		snprintf(what, sizeof(what), "snapshot '%s'", snaps[i].name);
+		snprintf(what, sizeof(what), "snapshot %s",
+			 nx_out_quote(q, sizeof(q), snaps[i].name,
+				      strlen(snaps[i].name)));
 		nx_volume_lock(vol);
 		err = nx_imgsrc_open_export(vol, snaps[i].name, &src, msg,
 					    sizeof(msg));
 		if (err) {
 			nx_volume_unlock(vol);
-			printf("error: %s\n", msg[0] ? msg : error_message(err));
+			fputs("error: ", stdout);
+			nx_out_line(stdout, msg[0] ? msg : error_message(err));
+			putchar('\n');
 			(*errors)++;
 			continue;
 		}
@@ -500,35 +508,30 @@ int nx_cmd_check(int argc, char **argv)
 	struct nx_check_result res, again;
 	struct nx_progress prog;
 	const char *image = NULL;
-	int repair = 0, fsck = 1, views = 0, i;
+	int repair = 0, fsck = 1, views = 0, parsed, nargs;
+	const struct nx_cli_opt opts[] = {
+		{ "-r|--repair|-y|-p", &repair, 1 },
+		{ "-n", &repair, 0 },
+		{ "--no-fsck", &fsck, 0 },
+		{ "--views", &views, 1 },
+		{ "-v|--verbose", &rc.verbose, 1 },
+		{ NULL, NULL, 0 },
+	};
 	char msg[512] = "";
 	errcode_t err;
 
-	for (i = 1; i < argc; i++) {
-		if (!strcmp(argv[i], "-r") || !strcmp(argv[i], "--repair") ||
-		    !strcmp(argv[i], "-y") || !strcmp(argv[i], "-p"))
-			repair = 1;
-		else if (!strcmp(argv[i], "-n"))
-			repair = 0;
-		else if (!strcmp(argv[i], "--no-fsck"))
-			fsck = 0;
-		else if (!strcmp(argv[i], "--views"))
-			views = 1;
-		else if (!strcmp(argv[i], "-v") || !strcmp(argv[i], "--verbose"))
-			rc.verbose = 1;
-		else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-			check_usage(stdout);
-			return 0;
-		} else if (argv[i][0] == '-' && argv[i][1]) {
-			nx_cli_error("check: unknown option '%s'", argv[i]);
-			check_usage(stderr);
-			return CHECK_USAGE;
-		} else if (!image) {
-			image = argv[i];
-		} else {
-			nx_cli_error("check: too many arguments");
-			return CHECK_USAGE;
-		}
+	parsed = nx_cli_parse(argc, argv, "check", opts, &image, 1, &nargs);
+	if (parsed == NX_CLI_HELP) {
+		check_usage(stdout);
+		return 0;
+	}
+	if (parsed) {
+		check_usage(stderr);
+		return CHECK_USAGE;
+	}
+	if (nargs > 1) {
+		nx_cli_error("check: too many arguments");
+		return CHECK_USAGE;
 	}
 	if (!image) {
 		check_usage(stderr);

@@ -6,8 +6,9 @@
  *   + PATH            created
  *   M PATH            content or attributes changed
  *   R OLD -> NEW      renamed (a renamed directory's contents are implied)
- * Bytes below '!', '\' and DEL in names are written as \ooo (octal), so
- * every line splits unambiguously on spaces.  -F adds the file type
+ * Bytes below '!', '\', DEL and bytes that are not printable UTF-8 are
+ * written as \ooo (octal, output.h), so every line splits unambiguously
+ * on spaces.  -F adds the file type
  * (F file, / directory, @ symlink, B/C device, | fifo, = socket).
  *
  * On an unmounted image the library compares block maps (cost grows with
@@ -33,6 +34,7 @@
 #include "nextfs/nxioctl.h"
 #include "nextfs/snaptool.h"
 #include "cli.h"
+#include "output.h"
 
 int nx_cli_open_image(const char *image, struct nx_volume **vol)
 {
@@ -45,18 +47,6 @@ int nx_cli_open_image(const char *image, struct nx_volume **vol)
 		return NX_CLI_FAIL;
 	}
 	return 0;
-}
-
-static void print_path(const char *p)
-{
-	for (; *p; p++) {
-		unsigned char c = *p;
-
-		if (c <= ' ' || c == '\\' || c == 0x7f)
-			printf("\\%03o", c);
-		else
-			putchar(c);
-	}
 }
 
 static char type_char(mode_t type)
@@ -87,10 +77,10 @@ static int print_entry(void *priv, const struct nx_diff_entry *e)
 	if (*show_type)
 		printf(" %c", type_char(e->type));
 	putchar(' ');
-	print_path(e->path);
+	nx_out_escape(stdout, e->path);
 	if (e->kind == NX_DIFF_RENAMED) {
 		printf(" -> ");
-		print_path(e->newpath);
+		nx_out_escape(stdout, e->newpath);
 	}
 	putchar('\n');
 	return ferror(stdout) != 0;
@@ -140,6 +130,7 @@ struct mrec {
 
 struct mdiff {
 	const char *root[2];
+	struct nx_ioc_inomap map[2];	/* each tree's inode numbering */
 	ino_t root_ino[2];
 	int root_touched;		/* an entry of the root came or went */
 	struct mrec *recs;
@@ -243,11 +234,34 @@ static int root_mtime_moved(const char *a, const char *b, int touched)
 	return ta.sec != tb.sec || ta.nsec != tb.nsec;
 }
 
+/*
+ * The tree's own inode number of what stat() calls ST_INO: a snapshot
+ * view shows its files under numbers of its own (nxioctl.h), and a file
+ * is matched across the two trees by the number ext gave it.
+ */
+static ino_t ext_ino(const struct mdiff *md, int s, ino_t st_ino)
+{
+	return (ino_t)((st_ino - md->map[s].base) & md->map[s].mask);
+}
+
+/* Ask the daemon how the tree at ROOT numbers its inodes. */
+static void get_inomap(const char *root, struct nx_ioc_inomap *map)
+{
+	int fd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+
+	if (fd < 0 || ioctl(fd, NX_IOC_GET_INOMAP, map) < 0) {
+		map->base = 0;		/* not nextfs: as they are */
+		map->mask = ~0ULL;
+	}
+	if (fd >= 0)
+		close(fd);
+}
+
 static int mrec_add(struct mdiff *md, int s, const char *full,
 		    const char *rel, ino_t parent, const char *name,
-		    const struct stat *st)
+		    ino_t ino, const struct stat *st)
 {
-	struct mrec *r = mrec_get(md, st->st_ino);
+	struct mrec *r = mrec_get(md, ino);
 	struct mloc *l = calloc(1, sizeof(*l));
 
 	if (!r || !l)
@@ -304,10 +318,11 @@ static int walk_tree(struct mdiff *md, int s, char *full, size_t flen,
 		rel[rlen] = '/';
 		memcpy(rel + rlen + 1, de->d_name, nlen + 1);
 		if (lstat(full, &st) < 0 ||
-		    mrec_add(md, s, full, rel, dir_ino, de->d_name, &st) ||
+		    mrec_add(md, s, full, rel, dir_ino, de->d_name,
+			     ext_ino(md, s, st.st_ino), &st) ||
 		    (S_ISDIR(st.st_mode) &&
 		     walk_tree(md, s, full, flen + 1 + nlen, rel,
-			       rlen + 1 + nlen, st.st_ino))) {
+			       rlen + 1 + nlen, ext_ino(md, s, st.st_ino)))) {
 			if (!md->err)
 				md->err = errno ? errno : EIO;
 			break;
@@ -553,10 +568,12 @@ static int diff_mount(const char *mnt, const char *old, const char *new,
 			return NX_CLI_FAIL;
 		}
 		md.root[s] = roots[s];
-		md.root_ino[s] = st.st_ino;
+		get_inomap(roots[s], &md.map[s]);
+		md.root_ino[s] = ext_ino(&md, s, st.st_ino);
 		snprintf(full, sizeof(full), "%s", roots[s]);
 		rel[0] = 0;
-		if (walk_tree(&md, s, full, strlen(full), rel, 0, st.st_ino)) {
+		if (walk_tree(&md, s, full, strlen(full), rel, 0,
+			      md.root_ino[s])) {
 			nx_cli_error("walking %s failed: %s", roots[s],
 				     strerror(md.err));
 			mfree(&md);
@@ -609,25 +626,19 @@ static void diff_usage(FILE *out)
 int nx_cmd_diff(int argc, char **argv)
 {
 	const char *args[3] = { NULL, NULL, NULL };
-	int i, n = 0, show_type = 0;
+	int n, show_type = 0, rc;
+	const struct nx_cli_opt opts[] = {
+		{ "-F", &show_type, 1 },
+		{ NULL, NULL, 0 },
+	};
 	struct stat st;
 
-	for (i = 1; i < argc; i++) {
-		if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-			diff_usage(stdout);
-			return 0;
-		} else if (!strcmp(argv[i], "-F")) {
-			show_type = 1;
-		} else if (argv[i][0] == '-' && argv[i][1]) {
-			nx_cli_error("diff: unknown option '%s'", argv[i]);
-			return NX_CLI_USAGE;
-		} else if (n < 3) {
-			args[n++] = argv[i];
-		} else {
-			n = 4;
-		}
+	rc = nx_cli_parse(argc, argv, "diff", opts, args, 3, &n);
+	if (rc == NX_CLI_HELP) {
+		diff_usage(stdout);
+		return NX_CLI_OK;
 	}
-	if (n < 2 || n > 3) {
+	if (rc || n < 2 || n > 3) {
 		diff_usage(stderr);
 		return NX_CLI_USAGE;
 	}

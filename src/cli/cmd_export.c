@@ -124,24 +124,19 @@ out:
 int nx_cmd_export(int argc, char **argv)
 {
 	const char *args[3];
-	int i, n = 0, force = 0;
+	int n, force = 0, rc;
+	const struct nx_cli_opt opts[] = {
+		{ "-f|--force", &force, 1 },
+		{ NULL, NULL, 0 },
+	};
 
-	for (i = 1; i < argc; i++) {
-		if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-			export_usage(stdout);
-			return 0;
-		} else if (!strcmp(argv[i], "-f") ||
-			   !strcmp(argv[i], "--force")) {
-			force = 1;
-		} else if (argv[i][0] == '-' && argv[i][1]) {
-			nx_cli_error("export: unknown option '%s'", argv[i]);
-			return NX_CLI_USAGE;
-		} else if (n < 3) {
-			args[n++] = argv[i];
-		} else {
-			n = 4;
-		}
+	rc = nx_cli_parse(argc, argv, "export", opts, args, 3, &n);
+	if (rc == NX_CLI_HELP) {
+		export_usage(stdout);
+		return NX_CLI_OK;
 	}
+	if (rc)
+		return rc;
 	if (n != 3) {
 		export_usage(stderr);
 		return NX_CLI_USAGE;

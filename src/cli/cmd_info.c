@@ -1,26 +1,35 @@
 /*
- * cmd_info.c - "nextfs info IMAGE": the superblock summary dumpe2fs -h
- * prints (from libe2p, so the two agree), then the snapshots and the
- * space they hold.
+ * cmd_info.c - "nextfs info [--json] IMAGE_OR_MOUNTPOINT": the superblock
+ * summary dumpe2fs -h prints (from libe2p, so the two agree), then the
+ * snapshots and the space they hold.  A mounted volume is asked through
+ * its mountpoint (the daemon's superblock as it holds it now, and its
+ * snapshot list: nxioctl.h), with the same output.
  */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <e2p/e2p.h>
 #include <et/com_err.h>
 #include "nextfs/snapshot.h"
 #include "cli.h"
+#include "output.h"
 
 static void info_usage(FILE *out)
 {
 	fprintf(out,
-		"usage: nextfs info IMAGE\n"
+		"usage: nextfs info [--json] IMAGE_OR_MOUNTPOINT\n"
 		"\n"
-		"Print the volume summary (as dumpe2fs -h) and the snapshots of\n"
-		"an unmounted volume with the space each one holds.\n");
+		"Print the volume summary (as dumpe2fs -h) and the snapshots with\n"
+		"the space each one holds, of an unmounted volume or of one that\n"
+		"nextfs-fuse serves (given its mountpoint or its image).\n");
 }
+
+/* What info shows, however it was read. */
+struct volinfo {
+	struct ext2_super_block sb;
+	struct nx_cli_snaps snaps;
+};
 
 static void print_size_line(const char *label, uint64_t blocks, unsigned bs,
 			    uint64_t total)
@@ -33,64 +42,132 @@ static void print_size_line(const char *label, uint64_t blocks, unsigned bs,
 	       0.0);
 }
 
-static void print_snapshots(struct nx_volume *vol)
+static uint64_t held_blocks(const struct nx_cli_snaps *snaps)
 {
-	struct ext2_super_block *sb = vol->fs->super;
-	struct nx_snapinfo *s = NULL;
-	uint64_t total = ext2fs_blocks_count(sb), held = 0;
-	unsigned bs = vol->fs->blocksize;
-	int i, n = 0;
+	uint64_t held = 0;
+	int i;
 
-	if (nx_snap_list(vol, &s, &n)) {
-		printf("Snapshots:                cannot be listed\n");
-		return;
-	}
-	printf("\nSnapshots:                %d\n", n);
-	if (n) {
-		printf("%-6s %-24s %-20s %12s %8s\n", "ID", "NAME", "TAKEN",
-		       "HELD", "ACTIVE");
-		for (i = 0; i < n; i++) {
-			char when[64], used[32];
-			time_t t = s[i].taken.tv_sec;
-			struct tm tm;
+	for (i = 0; i < snaps->n; i++)
+		held += snaps->s[i].blocks;
+	return held;
+}
 
-			strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S",
-				 localtime_r(&t, &tm));
-			nx_cli_human_size((uint64_t)s[i].blocks * bs, used,
-					  sizeof(used));
-			/* The engine is not attached read-write: ask disk. */
-			printf("%-6u %-24s %-20s %12s %8s\n", s[i].id,
-			       s[i].name, when, used,
-			       s[i].ino == sb->s_snapshot_inum ? "yes" : "");
-			held += s[i].blocks;
-		}
-	}
-	print_size_line("Held by snapshots:", held, bs, total);
+static void print_text(struct volinfo *vi)
+{
+	struct ext2_super_block *sb = &vi->sb;
+	uint64_t total = ext2fs_blocks_count(sb);
+	unsigned bs = EXT2_BLOCK_SIZE(sb);
+
+	list_super2(sb, stdout);
+	printf("\nSnapshots:                %d\n", vi->snaps.n);
+	if (vi->snaps.n)
+		nx_cli_snaps_table(&vi->snaps, 1);
+	print_size_line("Held by snapshots:", held_blocks(&vi->snaps), bs,
+			total);
 	print_size_line("COW reserve:", sb->s_snapshot_r_blocks_count, bs,
 			total);
 	print_size_line("Free:", ext2fs_free_blocks_count(sb), bs, total);
-	free(s);
+}
+
+/* The names of the features set in the superblock. */
+static void json_features(struct nx_json *j, const struct ext2_super_block *sb)
+{
+	const uint32_t words[3] = { sb->s_feature_compat,
+				    sb->s_feature_incompat,
+				    sb->s_feature_ro_compat };
+	static const int types[3] = { E2P_FEATURE_COMPAT,
+				      E2P_FEATURE_INCOMPAT,
+				      E2P_FEATURE_RO_INCOMPAT };
+	int w, bit;
+
+	nx_json_open(j, "features", '[');
+	for (w = 0; w < 3; w++)
+		for (bit = 0; bit < 32; bit++) {
+			uint32_t mask = 1U << bit;
+
+			if (!(words[w] & mask))
+				continue;
+			/* libe2p 1.47 calls it FEATURE_R7. */
+			if (types[w] == E2P_FEATURE_RO_INCOMPAT &&
+			    mask == EXT4_FEATURE_RO_COMPAT_HAS_SNAPSHOT)
+				nx_json_str(j, NULL, "has_snapshot");
+			else
+				nx_json_str(j, NULL,
+					    e2p_feature2string(types[w], mask));
+		}
+	nx_json_close(j, ']');
+}
+
+static void json_time(struct nx_json *j, const char *key, uint32_t lo,
+		      uint8_t hi)
+{
+	struct timespec ts = { (time_t)lo | ((time_t)hi << 32), 0 };
+
+	nx_json_time(j, key, &ts);
+}
+
+static void print_json(struct volinfo *vi)
+{
+	struct ext2_super_block *sb = &vi->sb;
+	unsigned bs = EXT2_BLOCK_SIZE(sb);
+	struct nx_json j;
+
+	nx_json_init(&j, stdout);
+	nx_json_open(&j, NULL, '{');
+	nx_json_open(&j, "volume", '{');
+	nx_json_str(&j, "uuid", e2p_uuid2str(sb->s_uuid));
+	nx_json_strn(&j, "label", (const char *)sb->s_volume_name,
+		     strnlen((const char *)sb->s_volume_name,
+			     sizeof(sb->s_volume_name)));
+	nx_json_u64(&j, "block_size", bs);
+	nx_json_u64(&j, "blocks", ext2fs_blocks_count(sb));
+	nx_json_u64(&j, "free_blocks", ext2fs_free_blocks_count(sb));
+	nx_json_u64(&j, "reserved_blocks", ext2fs_r_blocks_count(sb));
+	nx_json_u64(&j, "inodes", sb->s_inodes_count);
+	nx_json_u64(&j, "free_inodes", sb->s_free_inodes_count);
+	nx_json_bool(&j, "clean", (sb->s_state & EXT2_VALID_FS) != 0);
+	nx_json_bool(&j, "mounted", vi->snaps.mnt != NULL);
+	json_features(&j, sb);
+	json_time(&j, "created", sb->s_mkfs_time, sb->s_mkfs_time_hi);
+	json_time(&j, "last_written", sb->s_wtime, sb->s_wtime_hi);
+	nx_json_close(&j, '}');
+	nx_cli_snaps_json(&j, "snapshots", &vi->snaps);
+	nx_json_u64(&j, "held_bytes", held_blocks(&vi->snaps) * bs);
+	nx_json_u64(&j, "cow_reserve_bytes",
+		    (uint64_t)sb->s_snapshot_r_blocks_count * bs);
+	nx_json_u64(&j, "free_bytes", ext2fs_free_blocks_count(sb) * bs);
+	nx_json_close(&j, '}');
+	nx_json_end(&j);
 }
 
 int nx_cmd_info(int argc, char **argv)
 {
-	struct nx_volume *vol;
+	const char *target = NULL;
+	int json = 0, n, rc;
+	const struct nx_cli_opt opts[] = {
+		{ "--json", &json, 1 },
+		{ NULL, NULL, 0 },
+	};
+	struct volinfo vi;
 
-	if (argc == 2 && (!strcmp(argv[1], "-h") ||
-			  !strcmp(argv[1], "--help"))) {
+	rc = nx_cli_parse(argc, argv, "info", opts, &target, 1, &n);
+	if (rc == NX_CLI_HELP) {
 		info_usage(stdout);
-		return 0;
+		return NX_CLI_OK;
 	}
-	if (argc != 2 || argv[1][0] == '-') {
+	if (rc || n != 1) {
 		info_usage(stderr);
 		return NX_CLI_USAGE;
 	}
-	if (nx_cli_open_image(argv[1], &vol))
-		return NX_CLI_FAIL;
-	nx_volume_lock(vol);
-	list_super2(vol->fs->super, stdout);
-	print_snapshots(vol);
-	nx_volume_unlock(vol);
-	nx_volume_close(vol);
-	return 0;
+	memset(&vi, 0, sizeof(vi));
+	rc = nx_cli_snaps_get(target, &vi.snaps, &vi.sb);
+	if (!rc) {
+		if (json)
+			print_json(&vi);
+		else
+			print_text(&vi);
+		rc = fflush(stdout) ? NX_CLI_FAIL : NX_CLI_OK;
+	}
+	nx_cli_snaps_free(&vi.snaps);
+	return rc;
 }

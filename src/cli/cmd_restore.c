@@ -11,6 +11,7 @@
 #include <et/com_err.h>
 #include "nextfs/snaptool.h"
 #include "cli.h"
+#include "output.h"
 
 static void restore_usage(FILE *out)
 {
@@ -28,28 +29,22 @@ int nx_cmd_restore(int argc, char **argv)
 	struct nx_restore_result res;
 	struct nx_progress prog;
 	const char *args[2] = { NULL, NULL };
-	int i, n = 0, flags = 0, verbose = 0;
+	int n, destroy = 0, verbose = 0, rc;
+	const struct nx_cli_opt opts[] = {
+		{ "-r|--destroy-newer", &destroy, 1 },
+		{ "-v", &verbose, 1 },
+		{ NULL, NULL, 0 },
+	};
 	char msg[512] = "";
 	errcode_t err;
 
-	for (i = 1; i < argc; i++) {
-		if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-			restore_usage(stdout);
-			return 0;
-		} else if (!strcmp(argv[i], "-r") ||
-			   !strcmp(argv[i], "--destroy-newer")) {
-			flags |= NX_RESTORE_DESTROY_NEWER;
-		} else if (!strcmp(argv[i], "-v")) {
-			verbose = 1;
-		} else if (argv[i][0] == '-' && argv[i][1]) {
-			nx_cli_error("restore: unknown option '%s'", argv[i]);
-			return NX_CLI_USAGE;
-		} else if (n < 2) {
-			args[n++] = argv[i];
-		} else {
-			n = 3;
-		}
+	rc = nx_cli_parse(argc, argv, "restore", opts, args, 2, &n);
+	if (rc == NX_CLI_HELP) {
+		restore_usage(stdout);
+		return NX_CLI_OK;
 	}
+	if (rc)
+		return rc;
 	if (n != 2) {
 		restore_usage(stderr);
 		return NX_CLI_USAGE;
@@ -59,8 +54,9 @@ int nx_cmd_restore(int argc, char **argv)
 		return NX_CLI_USAGE;
 	}
 	nx_cli_progress_begin(&prog);
-	err = nx_snap_restore(args[0], args[1], flags, &prog, &res, msg,
-			      sizeof(msg));
+	err = nx_snap_restore(args[0], args[1],
+			      destroy ? NX_RESTORE_DESTROY_NEWER : 0, &prog,
+			      &res, msg, sizeof(msg));
 	nx_cli_progress_end(&prog);
 	if (res.destroyed && (verbose || err))
 		printf("deleted %d newer snapshot%s\n", res.destroyed,
@@ -69,13 +65,18 @@ int nx_cmd_restore(int argc, char **argv)
 		nx_cli_error("%s", msg[0] ? msg : error_message(err));
 		return NX_CLI_FAIL;
 	}
-	if (verbose)
-		printf("restored %s to '%s': %" PRIu64 " blocks written back, "
+	if (verbose) {
+		fputs("restored ", stdout);
+		nx_out_print_quoted(stdout, args[0]);
+		fputs(" to ", stdout);
+		nx_out_print_quoted(stdout, args[1]);
+		printf(": %" PRIu64 " blocks written back, "
 		       "%" PRIu64 " returned, %" PRIu64 " freed, %" PRIu64
-		       " relocated\n", args[0], args[1],
+		       " relocated\n",
 		       (uint64_t)res.blocks_restored,
 		       (uint64_t)res.blocks_returned,
 		       (uint64_t)res.blocks_freed,
 		       (uint64_t)res.blocks_relocated);
+	}
 	return 0;
 }

@@ -3,18 +3,80 @@
  */
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include "cli.h"
+#include "output.h"
 
 void nx_cli_error(const char *fmt, ...)
 {
+	char *msg = NULL;
 	va_list ap;
+	int n;
 
-	fputs("nextfs: ", stderr);
 	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
+	n = vasprintf(&msg, fmt, ap);
 	va_end(ap);
+	fputs("nextfs: ", stderr);
+	if (n < 0)
+		fputs(fmt, stderr);	/* out of memory: the gist */
+	else
+		nx_out_line(stderr, msg);
 	fputc('\n', stderr);
+	free(msg);
+}
+
+/* Is ARG one of NAMES ("-r|--repair")? */
+static int opt_named(const char *names, const char *arg)
+{
+	size_t len = strlen(arg);
+	const char *p = names;
+
+	for (;;) {
+		if (!strncmp(p, arg, len) && (p[len] == '|' || !p[len]))
+			return 1;
+		p = strchr(p, '|');
+		if (!p)
+			return 0;
+		p++;
+	}
+}
+
+int nx_cli_parse(int argc, char **argv, const char *cmd,
+		 const struct nx_cli_opt *opts, const char **args, int max,
+		 int *nargs)
+{
+	const struct nx_cli_opt *o;
+	int i, done = 0;
+
+	*nargs = 0;
+	for (i = 1; i < argc; i++) {
+		const char *arg = argv[i];
+
+		if (done || arg[0] != '-' || !arg[1]) {
+			if (*nargs < max)
+				args[*nargs] = arg;
+			(*nargs)++;
+			continue;
+		}
+		if (!strcmp(arg, "--")) {
+			done = 1;	/* what follows are names */
+			continue;
+		}
+		if (!strcmp(arg, "-h") || !strcmp(arg, "--help"))
+			return NX_CLI_HELP;
+		for (o = opts; o && o->names; o++)
+			if (opt_named(o->names, arg))
+				break;
+		if (!o || !o->names) {
+			nx_cli_error("%s: unknown option '%s' (a name that "
+				     "starts with '-' goes after '--')", cmd,
+				     arg);
+			return NX_CLI_USAGE;
+		}
+		*o->flag = o->value;
+	}
+	return NX_CLI_OK;
 }
 
 void nx_cli_human_size(uint64_t bytes, char *buf, size_t len)
@@ -45,7 +107,7 @@ static void usage(FILE *out)
 		"  export IMAGE NAME OUT       write a snapshot as a standalone image\n"
 		"  diff IMAGE_OR_MNT OLD [NEW] list what changed between snapshots\n"
 		"  restore IMAGE NAME          roll the live tree back to a snapshot\n"
-		"  info IMAGE                  volume and snapshot summary\n"
+		"  info IMAGE_OR_MOUNTPOINT    volume and snapshot summary\n"
 		"  umount MOUNTPOINT           unmount; return once the volume is\n"
 		"                              written back and released\n"
 		"  version                     print the version (also --version)\n"

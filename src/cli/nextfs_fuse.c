@@ -35,6 +35,7 @@ struct cli {
 	int foreground, singlethread, rdonly;
 	int blkdev;			/* -1 default, 0 noblkdev, 1 blkdev */
 	int help, version;
+	int ino32;			/* -o ino32 */
 	int have_fsname, have_subtype, have_default_permissions;
 	int fakeroot;			/* -o fakeroot: ours, not libfuse's */
 	char *read_ahead;		/* -o read_ahead_kb=N as given */
@@ -65,6 +66,7 @@ static const struct fuse_opt cli_opts[] = {
 	FUSE_OPT_KEY("noblkdev", KEY_NOBLKDEV),
 	{ "read_ahead_kb=%s", offsetof(struct cli, read_ahead), 0 },
 	{ "fakeroot", offsetof(struct cli, fakeroot), 1 },
+	{ "ino32", offsetof(struct cli, ino32), 1 },
 	FUSE_OPT_END
 };
 
@@ -97,6 +99,9 @@ static void usage(FILE *f)
 "  -o fakeroot      act as the volume's root: files root owns on the\n"
 "                   volume show as yours, what you create is recorded as\n"
 "                   root's (for images made by root; see the man page)\n"
+"  -o ino32         inode numbers of snapshot files fit 32 bits, for old\n"
+"                   32-bit programs; they may then collide (see the man\n"
+"                   page); default: 64-bit numbers, never colliding\n"
 "  -h, --help       show this help and the FUSE options, then exit\n"
 "  -V, --version    show the version, then exit\n"
 "\n"
@@ -369,6 +374,7 @@ int main(int argc, char *argv[])
 	cfg.read_ahead_kb = read_ahead_kb;
 	cfg.read_ahead_given = c.read_ahead != NULL;
 	cfg.fakeroot = c.fakeroot;
+	cfg.ino32 = c.ino32;
 	cfg.args = &args;
 	status = nx_fuse_main(&cfg);
 out:

@@ -28,6 +28,7 @@
 #include <string.h>
 #include "nextfs/file.h"
 #include "nextfs/inode.h"
+#include "nextfs/reserve.h"
 #include "nextfs/snapshot.h"
 
 #define NX_LBLK_END	((blk64_t)1 << 32)
@@ -54,15 +55,19 @@ static int is_hole_err(errcode_t err)
  * Free blocks
  */
 
-/* How many of WANT blocks live data may take, keeping SLACK free. */
+/*
+ * How many of WANT blocks live data may take, keeping SLACK free, and
+ * the root-reserved blocks from writers who may not use them.
+ */
 static blk64_t alloc_budget(struct nx_volume *vol, blk64_t want,
 			    blk64_t slack)
 {
 	ext2_filsys fs = vol->fs;
-	blk64_t avail = ext2fs_free_blocks_count(fs->super), keep = slack;
+	blk64_t avail = ext2fs_free_blocks_count(fs->super);
+	blk64_t keep = slack + nx_reserve_floor(vol);
 
 	/* An active snapshot holds a reserve back for copy-on-write. */
-	if (nx_snap_check_space(vol, want + slack))
+	if (nx_snap_check_space(vol, want + keep))
 		keep += fs->super->s_snapshot_r_blocks_count;
 	return avail > keep ? min_u64(want, avail - keep) : 0;
 }

@@ -2,9 +2,10 @@
  * fuse_ioctl.c - the ioctls of live files and directories: inode flags
  * (chattr/lsattr through FS_IOC_GETFLAGS/SETFLAGS and the fileattr pair
  * FS_IOC_FSGETXATTR/FSSETXATTR), the generation number, and nextfs's own
- * NX_IOC_GET_MTIME.  Like every operation, each runs under the volume
- * lock and replies after it is dropped (NX_IOC_GET_OPSTATS needs no
- * lock: the counters are atomic).
+ * (nxioctl.h): the real mtime, the inode numbering of a tree, the
+ * snapshot list and the volume's superblock.  Like every operation, each
+ * runs under the volume lock and replies after it is dropped
+ * (NX_IOC_GET_OPSTATS needs no lock: the counters are atomic).
  */
 #include "fuse_internal.h"
 
@@ -14,6 +15,7 @@
 #include <linux/fs.h>
 #include "nextfs/inode.h"
 #include "nextfs/nxioctl.h"
+#include "nextfs/snapshot.h"
 #include "nextfs/xattr.h"
 
 #ifndef FS_IOC32_GETFLAGS
@@ -166,15 +168,89 @@ static void reply_opstats(fuse_req_t req, size_t out_bufsz)
 	free(st);
 }
 
+/* NX_IOC_GET_INOMAP: how this tree numbers its inodes (fuse_ops.h). */
+static errcode_t ioctl_get_inomap(struct nx_fuse *fs, void *out,
+				  size_t *out_size)
+{
+	struct nx_ioc_inomap map;
+
+	if (*out_size < sizeof(map))
+		return EINVAL;
+	map.base = fs->ino_base;
+	map.mask = fs->ino32 ? 0xffffffffULL : ~0ULL;
+	memcpy(out, &map, sizeof(map));
+	*out_size = sizeof(map);
+	return 0;
+}
+
+/* NX_IOC_SNAP_NEXT: the oldest snapshot of the volume after AFTER_ID. */
+static errcode_t ioctl_snap_next(struct nx_fuse *live, const void *in,
+				 size_t in_size, void *out, size_t *out_size)
+{
+	struct nx_ioc_snap q;
+	struct nx_snapinfo info;
+	uint32_t after;
+	errcode_t err;
+	int idx;
+
+	if (in_size < sizeof(q) || *out_size < sizeof(q))
+		return EINVAL;
+	memcpy(&after, in, sizeof(after));
+	if (after == UINT32_MAX)
+		return ENOENT;
+	idx = nx_snap_seek_id(live->vol, after + 1);
+	err = nx_snap_peek(live->vol, idx, &info);
+	if (!err)	/* the list with what each holds: read the inode */
+		err = nx_snap_find_id(live->vol, info.id, &info);
+	if (err)
+		return ENOENT;
+	memset(&q, 0, sizeof(q));
+	q.after_id = after;
+	q.id = info.id;
+	q.taken_sec = info.taken.tv_sec;
+	q.taken_nsec = (uint32_t)info.taken.tv_nsec;
+	q.flags = info.active ? NX_IOC_SNAP_ACTIVE : 0;
+	q.blocks = info.blocks;
+	q.blocksize = live->vol->fs->blocksize;
+	q.namelen = (uint32_t)strlen(info.name);
+	memcpy(q.name, info.name, q.namelen + 1);
+	memcpy(out, &q, sizeof(q));
+	*out_size = sizeof(q);
+	return 0;
+}
+
+/* NX_IOC_GET_VOLINFO: the live superblock as it is in memory now. */
+static errcode_t ioctl_get_volinfo(struct nx_fuse *live, void *out,
+				   size_t *out_size)
+{
+	struct nx_ioc_volinfo vi;
+	_Static_assert(sizeof(vi.super) == sizeof(struct ext2_super_block),
+		       "superblock size");
+
+	if (*out_size < sizeof(vi))
+		return EINVAL;
+	memset(&vi, 0, sizeof(vi));
+	memcpy(vi.super, live->vol->fs->super, sizeof(vi.super));
+	if (nx_volume_rdonly(live->vol))
+		vi.flags |= NX_IOC_VOL_RDONLY;
+	memcpy(out, &vi, sizeof(vi));
+	*out_size = sizeof(vi);
+	return 0;
+}
+
 void nx_fuse_ioctl(fuse_req_t req, fuse_ino_t nodeid, unsigned int cmd,
 		   void *arg, struct fuse_file_info *fi, unsigned flags,
 		   const void *in_buf, size_t in_bufsz, size_t out_bufsz)
 {
-	struct nx_fuse *fs = req_fs(req);
+	struct nx_fuse *fs = req_fs(req), *live = fuse_req_userdata(req);
 	ext2_ino_t ino = to_ext2(nodeid);
-	struct fsxattr out;		/* large enough for every reply */
-	_Static_assert(sizeof(out) >= sizeof(struct nx_ioc_time),
-		       "ioctl reply buffer too small");
+	union {				/* every reply */
+		struct fsxattr fsx;
+		struct nx_ioc_time time;
+		struct nx_ioc_inomap map;
+		struct nx_ioc_snap snap;
+		struct nx_ioc_volinfo vol;
+	} out;
 	size_t out_size = out_bufsz < sizeof(out) ? out_bufsz : sizeof(out);
 	struct nx_cred cred;
 	errcode_t err;
@@ -205,6 +281,15 @@ void nx_fuse_ioctl(fuse_req_t req, fuse_ino_t nodeid, unsigned int cmd,
 		break;
 	case NX_IOC_GET_MTIME:
 		err = ioctl_get_mtime(fs, ino, &out, &out_size);
+		break;
+	case NX_IOC_GET_INOMAP:
+		err = ioctl_get_inomap(fs, &out, &out_size);
+		break;
+	case NX_IOC_SNAP_NEXT:
+		err = ioctl_snap_next(live, in_buf, in_bufsz, &out, &out_size);
+		break;
+	case NX_IOC_GET_VOLINFO:
+		err = ioctl_get_volinfo(live, &out, &out_size);
 		break;
 	default:
 		err = ENOTTY;

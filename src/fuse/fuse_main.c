@@ -26,6 +26,7 @@
 #include "nextfs/holder.h"
 #include "nextfs/inode.h"
 #include "nextfs/perm.h"
+#include "nextfs/reserve.h"
 
 static int log_to_syslog;
 static char last_error[512];	/* the last nx_err() line: for "done" */
@@ -268,6 +269,9 @@ static int open_volume(struct nx_fuse *fs, const struct nx_fuse_config *cfg)
 		nx_err("%s", msg[0] ? msg : error_message(err));
 		return -1;
 	}
+	/* Writers without the right stop at the root-reserved blocks. */
+	if (!nx_volume_rdonly(fs->vol))
+		nx_reserve_install(fs->vol);
 	return 0;
 }
 
@@ -404,6 +408,7 @@ int nx_fuse_main(const struct nx_fuse_config *cfg)
 	memset(&fs, 0, sizeof(fs));
 	fs.timeout = NX_FUSE_TIMEOUT;
 	nx_idmap_init(&fs.idmap, cfg->fakeroot);
+	fs.ino32 = cfg->ino32;
 	fuse_set_log_func(nx_log);
 	fs.nodes = nx_nodes_new();
 	if (!fs.nodes) {

@@ -701,6 +701,8 @@ static void nx_op_setattr(fuse_req_t req, fuse_ino_t nodeid,
 	nx_volume_lock(fs->vol);
 	err = do_setattr(fs, &cred, to_ext2(nodeid), attr, to_set, fi != NULL,
 			 &st);
+	if (!err)
+		nx_fuse_fix_stat(fs, to_ext2(nodeid), &st);
 	nx_volume_unlock(fs->vol);
 	if (err)
 		reply_err(req, err);
@@ -1180,7 +1182,8 @@ static int is_dot_or_dotdot(const char *name)
  * lists the name.
  */
 static size_t add_plus_entry(struct dirbuf *db, const char *name,
-			     const struct stat *st, uint64_t next)
+			     ext2_ino_t ino, const struct stat *st,
+			     uint64_t next)
 {
 	struct fuse_entry_param e;
 	size_t room = db->size - db->used;
@@ -1189,11 +1192,11 @@ static size_t add_plus_entry(struct dirbuf *db, const char *name,
 	if (need > room)
 		return need;
 	if (is_dot_or_dotdot(name) || db->nrefs >= db->maxrefs ||
-	    entry_ref(db->fs, (ext2_ino_t)st->st_ino, &e) != 0) {
+	    entry_ref(db->fs, ino, &e) != 0) {
 		memset(&e, 0, sizeof(e));
 		e.attr = *st;
 	} else {
-		db->refs[db->nrefs++] = (ext2_ino_t)st->st_ino;
+		db->refs[db->nrefs++] = ino;
 	}
 	return fuse_add_direntry_plus(db->req, db->buf + db->used, room, name,
 				      &e, (off_t)next);
@@ -1214,10 +1217,13 @@ static int fill_dir(void *priv, const char *name, size_t namelen,
 	memcpy(nm, name, namelen);
 	nm[namelen] = 0;
 	memset(&st, 0, sizeof(st));
-	st.st_ino = ino;
+	st.st_ino = nx_fuse_st_ino(db->fs, ino);
+	/* A snapshot's "/" lives in .snapshots: its ".." is that. */
+	if (db->fs->space && db->dir == EXT2_ROOT_INO && !strcmp(nm, ".."))
+		st.st_ino = NX_SNAPDIR_STINO;
 	st.st_mode = DTTOIF(d_type);
 	if (db->plus)
-		len = add_plus_entry(db, nm, &st, next);
+		len = add_plus_entry(db, nm, ino, &st, next);
 	else
 		len = fuse_add_direntry(db->req, db->buf + db->used, room, nm,
 					&st, (off_t)next);

@@ -13,17 +13,16 @@
 #include "nextfs/fuse_ops.h"
 
 #include <errno.h>
-#include <inttypes.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include "nextfs/dir.h"
 #include "nextfs/inode.h"
+#include "nextfs/reserve.h"
 #include "nextfs/snapshot.h"
+#include "fuse_internal.h"
 
 #define SNAPDIR_NAME	NX_SNAPDIR_NAME
-#define LIST_XATTR	"user.nextfs.snapshots"
 
 __thread struct nx_fuse *nx_fuse_current;
 
@@ -54,6 +53,7 @@ void nx_fuse_fix_stat(const struct nx_fuse *fs, ext2_ino_t ino,
 	int hidden;
 
 	nx_idmap_stat(&fs->idmap, st);
+	st->st_ino = nx_fuse_st_ino(fs, ino);
 	if (ino != EXT2_ROOT_INO)
 		return;
 	hidden = fs->space ? fs->hides_snapdir :
@@ -68,28 +68,58 @@ void nx_fuse_fix_stat(const struct nx_fuse *fs, ext2_ino_t ino,
 /* ------------------------------------------------------------------ */
 /* Views                                                               */
 
+/* Where the inode numbers of snapshot ID start (fuse_ops.h). */
+static uint64_t view_ino_base(const struct nx_fuse *live, uint32_t id)
+{
+	if (live->ino32)
+		return (uint64_t)id * live->vol->fs->super->s_inodes_count;
+	return (uint64_t)id << 32;
+}
+
+static uint32_t view_id(const struct nx_fuse *v)
+{
+	return (uint32_t)(v->space >> NX_NODE_SPACE_SHIFT);
+}
+
+/*
+ * Index of the view of snapshot ID in live->views (kept sorted by id),
+ * or where it would go.  Every request in a snapshot asks: a binary
+ * search, so that 1024 browsed snapshots cost what a few do.
+ */
+static size_t find_view(const struct nx_fuse *live, uint32_t id)
+{
+	size_t lo = 0, hi = live->nviews;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (view_id(live->views[mid]) < id)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
 /* The nx_fuse of snapshot ID, created on first use.  Live lock held. */
 static errcode_t view_fs(struct nx_fuse *live, uint32_t id,
 			 struct nx_fuse **ret)
 {
+	size_t pos = find_view(live, id);
 	struct nx_snapinfo info;
 	struct nx_fuse *v, **grown;
 	struct nx_volume *view;
-	ext2_ino_t hidden = 0;
 	errcode_t err;
-	size_t i;
+	int idx;
 
-	for (i = 0; i < live->nviews; i++)
-		if (live->views[i]->space >> NX_NODE_SPACE_SHIFT == id) {
-			/* Deleted since: its view is gone (ESTALE below). */
-			if (nx_snap_find_id(live->vol, id, NULL))
-				return ESTALE;
-			*ret = live->views[i];
-			return 0;
-		}
-	err = nx_snap_find_id(live->vol, id, &info);
-	if (err)
+	idx = nx_snap_seek_id(live->vol, id);
+	/* Deleted since (or never there): ESTALE, its view is gone. */
+	if (nx_snap_peek(live->vol, idx, &info) || info.id != id)
 		return ESTALE;
+	if (pos < live->nviews && view_id(live->views[pos]) == id) {
+		*ret = live->views[pos];
+		return 0;
+	}
 	err = nx_snap_view_get(live->vol, id, &view);
 	if (err)
 		return err;
@@ -112,10 +142,20 @@ static errcode_t view_fs(struct nx_fuse *live, uint32_t id,
 	v->timeout = live->timeout;
 	v->idmap = live->idmap;
 	v->space = (fuse_ino_t)id << NX_NODE_SPACE_SHIFT;
+	v->ino_base = view_ino_base(live, id);
+	v->ino32 = live->ino32;
 	v->root_mtime = info.taken;
-	v->hides_snapdir = nx_lookup(view, EXT2_ROOT_INO, SNAPDIR_NAME,
-				     &hidden) == 0;
-	live->views[live->nviews++] = v;
+	/*
+	 * Every snapshot nextfs takes holds /.snapshots (made before the
+	 * first take, removed after the last delete): no need to read the
+	 * view's root directory to find out, which a listing of 1024
+	 * snapshots would do 1024 times.
+	 */
+	v->hides_snapdir = nx_snap_dir_ino(live->vol) != 0;
+	memmove(&live->views[pos + 1], &live->views[pos],
+		(live->nviews - pos) * sizeof(*live->views));
+	live->views[pos] = v;
+	live->nviews++;
 	*ret = v;
 	return 0;
 }
@@ -161,21 +201,27 @@ static void leave_view(void)
 /* ------------------------------------------------------------------ */
 /* The virtual .snapshots directory                                    */
 
+/*
+ * .snapshots: owned like "/" (whoever owns the volume's root takes
+ * snapshots), one link per snapshot, the newest take as mtime.  Asked
+ * whenever the kernel's copy expires, on the way to any snapshot: no I/O
+ * beyond the root inode.
+ */
 static void snapdir_stat(struct nx_fuse *live, struct stat *st)
 {
-	struct nx_snapinfo *list = NULL;
-	int n = 0;
+	struct nx_snapinfo newest;
+	int n;
 
 	memset(st, 0, sizeof(*st));
 	nx_volume_lock(live->vol);
 	nx_getattr(live->vol, EXT2_ROOT_INO, st);
-	if (nx_snap_list(live->vol, &list, &n) == 0 && n)
-		st->st_mtim = list[n - 1].taken;
+	n = nx_snap_count(live->vol);
+	if (n && nx_snap_peek(live->vol, n - 1, &newest) == 0)
+		st->st_mtim = newest.taken;
 	nx_volume_unlock(live->vol);
-	free(list);
 	nx_idmap_stat(&live->idmap, st);
 	/* Owned like "/": whoever owns the volume's root takes snapshots. */
-	st->st_ino = NX_SNAPDIR_NODEID;
+	st->st_ino = NX_SNAPDIR_STINO;
 	st->st_mode = S_IFDIR | 0755;
 	st->st_nlink = 2 + n;
 	st->st_size = 0;
@@ -191,10 +237,21 @@ static void reply_snapdir_entry(fuse_req_t req)
 	e.ino = NX_SNAPDIR_NODEID;
 	e.generation = 1;
 	snapdir_stat(live_fs(req), &e.attr);
-	/* Its content changes under mkdir/rmdir: keep caching short. */
-	e.attr_timeout = 0;
+	/*
+	 * Cached like any attributes: every path through .snapshots would
+	 * ask for them again otherwise (ls -la of 1024 snapshots: 3000
+	 * requests more).  What changes them - a take or delete, a change
+	 * of "/" - invalidates them (snapdir_changed).
+	 */
+	e.attr_timeout = live_fs(req)->timeout;
 	e.entry_timeout = live_fs(req)->timeout;
 	fuse_reply_entry(req, &e);
+}
+
+/* Its link count, mtime or owner changed: the kernel must ask again. */
+static void snapdir_changed(struct nx_fuse *live)
+{
+	invalidate_attrs(live, NX_SNAPDIR_NODEID);
 }
 
 /* Entry for the root of snapshot NAME, counted in its view's node table. */
@@ -205,7 +262,8 @@ static void reply_snapshot_root(fuse_req_t req, const char *name)
 	errcode_t err;
 
 	nx_volume_lock(live->vol);
-	err = nx_snap_find(live->vol, name, &info);
+	err = nx_snap_peek(live->vol, nx_snap_name_index(live->vol, name),
+			   &info);
 	nx_volume_unlock(live->vol);
 	if (err) {
 		fuse_reply_err(req, ENOENT);
@@ -233,6 +291,7 @@ static void snapdir_mkdir(fuse_req_t req, const char *name)
 		return;
 	}
 	reply_snapshot_root(req, name);
+	snapdir_changed(live);
 }
 
 static void snapdir_rmdir(fuse_req_t req, const char *name)
@@ -244,109 +303,85 @@ static void snapdir_rmdir(fuse_req_t req, const char *name)
 	err = nx_snap_delete(live->vol, name);
 	nx_volume_unlock(live->vol);
 	fuse_reply_err(req, nx_errno(err));
+	if (!err)
+		snapdir_changed(live);
 }
 
-/* "ID NS BLOCKS BLOCKSIZE NAME" per line, for nextfs snapshot list. */
-static char *list_text(struct nx_fuse *live, size_t *len)
-{
-	struct nx_snapinfo *list = NULL;
-	size_t cap = 64, used = 0;
-	char *text;
-	int n = 0, i;
-
-	nx_volume_lock(live->vol);
-	if (nx_snap_list(live->vol, &list, &n))
-		n = 0;
-	for (i = 0; i < n; i++)
-		cap += strlen(list[i].name) + 80;
-	text = malloc(cap);
-	for (i = 0; text && i < n; i++)
-		used += snprintf(text + used, cap - used,
-				 "%u %" PRIu64 " %" PRIu64 " %u %s\n",
-				 list[i].id,
-				 (uint64_t)((uint64_t)list[i].taken.tv_sec *
-					    1000000000U + list[i].taken.tv_nsec),
-				 (uint64_t)list[i].blocks,
-				 live->vol->fs->blocksize, list[i].name);
-	nx_volume_unlock(live->vol);
-	free(list);
-	*len = used;
-	return text;
-}
-
+/* .snapshots has no extended attributes (the CLI lists through ioctls). */
 static void snapdir_getxattr(fuse_req_t req, const char *name, size_t size)
 {
-	size_t len;
-	char *text;
-
-	if (strcmp(name, LIST_XATTR)) {
-		fuse_reply_err(req, ENODATA);
-		return;
-	}
-	text = list_text(live_fs(req), &len);
-	if (!text)
-		fuse_reply_err(req, ENOMEM);
-	else if (!size)
-		fuse_reply_xattr(req, len);
-	else if (size < len)
-		fuse_reply_err(req, ERANGE);
-	else
-		fuse_reply_buf(req, text, len);
-	free(text);
+	fuse_reply_err(req, ENODATA);
 }
 
 static void snapdir_listxattr(fuse_req_t req, size_t size)
 {
-	size_t len = sizeof(LIST_XATTR);
-
 	if (!size)
-		fuse_reply_xattr(req, len);
-	else if (size < len)
-		fuse_reply_err(req, ERANGE);
+		fuse_reply_xattr(req, 0);
 	else
-		fuse_reply_buf(req, LIST_XATTR, len);
+		fuse_reply_buf(req, NULL, 0);
 }
 
 /*
- * Cookies: 1 and 2 after "." and "..", then 3 + index of the snapshot
- * (oldest first).  Entries carry no attributes in readdirplus (node id
- * 0): the kernel then just lists the name and looks it up on use.
+ * Cookies: 1 and 2 after "." and "..", then 2 + id after the snapshot
+ * with that id.  Ids grow from older to newer snapshots, so the listing
+ * is oldest first and resumes after the last snapshot it returned even
+ * when snapshots are taken or deleted between two calls (an index would
+ * skip or repeat names then).  d_ino is what stat() of each entry says.
+ * Entries carry no attributes in readdirplus (node id 0): the kernel
+ * then just lists the name and looks it up on use.
  */
+#define SNAPDIR_COOKIE(id)	((off_t)(id) + 2)
+
+/* One entry into BUF; 0 when it does not fit. */
+static size_t snapdir_entry(fuse_req_t req, int plus, char *buf, size_t room,
+			    const char *name, uint64_t ino, off_t next)
+{
+	struct fuse_entry_param e;
+	size_t len;
+
+	memset(&e, 0, sizeof(e));
+	e.attr.st_mode = S_IFDIR;
+	e.attr.st_ino = ino;
+	len = plus ? fuse_add_direntry_plus(req, buf, room, name, &e, next) :
+		     fuse_add_direntry(req, buf, room, name, &e.attr, next);
+	return len > room ? 0 : len;
+}
+
 static void snapdir_readdir(fuse_req_t req, size_t size, off_t off, int plus)
 {
 	struct nx_fuse *live = live_fs(req);
-	struct nx_snapinfo *list = NULL;
 	char *buf = malloc(size ? size : 1);
-	size_t used = 0;
-	int n = 0, i;
+	struct nx_snapinfo info;
+	struct nx_fuse view;
+	size_t used = 0, len = 1;
+	int i;
 
 	if (!buf) {
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
 	nx_volume_lock(live->vol);
-	if (nx_snap_list(live->vol, &list, &n))
-		n = 0;
-	nx_volume_unlock(live->vol);
-	for (i = (int)off; i < n + 2; i++) {
-		const char *name = i == 0 ? "." : i == 1 ? ".." :
-				   list[i - 2].name;
-		struct fuse_entry_param e;
-		size_t len;
-
-		memset(&e, 0, sizeof(e));
-		e.attr.st_mode = S_IFDIR;
-		e.attr.st_ino = i < 2 ? NX_SNAPDIR_NODEID : EXT2_ROOT_INO;
-		len = plus ? fuse_add_direntry_plus(req, buf + used,
-						    size - used, name, &e,
-						    i + 1) :
-			     fuse_add_direntry(req, buf + used, size - used,
-					       name, &e.attr, i + 1);
-		if (len > size - used)
-			break;
-		used += len;
+	if (off < 1 && len)
+		used += len = snapdir_entry(req, plus, buf + used, size - used,
+					    ".", NX_SNAPDIR_STINO, 1);
+	if (off < 2 && len)
+		used += len = snapdir_entry(req, plus, buf + used, size - used,
+					    "..", nx_fuse_st_ino(live,
+								 EXT2_ROOT_INO),
+					    2);
+	i = off < 2 ? 0 : nx_snap_seek_id(live->vol, (uint32_t)(off - 1));
+	/* Each root as its view numbers it, without opening the view. */
+	memset(&view, 0, sizeof(view));
+	view.ino32 = live->ino32;
+	for (; len && nx_snap_peek(live->vol, i, &info) == 0; i++) {
+		view.ino_base = view_ino_base(live, info.id);
+		used += len = snapdir_entry(req, plus, buf + used, size - used,
+					    info.name,
+					    nx_fuse_st_ino(&view,
+							   EXT2_ROOT_INO),
+					    SNAPDIR_COOKIE(info.id));
 	}
-	free(list);
+	nx_volume_unlock(live->vol);
 	fuse_reply_buf(req, buf, used);
 	free(buf);
 }
@@ -368,15 +403,42 @@ static void snapdir_readdir(fuse_req_t req, size_t size, off_t off, int plus)
 		}							\
 	} while (0)
 
-/* Changing operations: EROFS in a view, EPERM in .snapshots. */
+/*
+ * The writer REQ comes from: may it use the root-reserved blocks?  Groups
+ * are read (from /proc) only when a reserve group makes them matter.
+ */
+static void writer_begin(fuse_req_t req)
+{
+	struct ext2_super_block *sb = live_fs(req)->vol->fs->super;
+	const struct fuse_ctx *ctx = fuse_req_ctx(req);
+	struct nx_cred cred;
+
+	if (ctx->uid == 0 || ctx->uid == sb->s_def_resuid ||
+	    !sb->s_def_resgid || !ext2fs_r_blocks_count(sb)) {
+		memset(&cred, 0, sizeof(cred));
+		cred.uid = ctx->uid;
+		cred.gid = ctx->gid;
+	} else {
+		get_cred(req, &cred);
+	}
+	nx_reserve_restrict(!nx_reserve_may_use(&cred, sb));
+}
+
+/*
+ * Changing operations: EROFS in a view, EPERM in .snapshots; live ones
+ * allocate as their writer may (reserve.h).
+ */
 #define DISPATCH_CHANGE(req, nodeid, op_call)				\
 	do {								\
 		uint64_t sp_ = space_of(nodeid);			\
-		if (sp_ == 0)						\
+		if (sp_ == 0) {						\
+			writer_begin(req);				\
 			op_call;					\
-		else							\
+			nx_reserve_restrict(0);				\
+		} else {						\
 			fuse_reply_err(req, sp_ == NX_SPACE_SNAPDIR ?	\
 				       EPERM : EROFS);			\
+		}							\
 	} while (0)
 
 static void s_init(void *userdata, struct fuse_conn_info *conn)
@@ -455,15 +517,21 @@ static void s_getattr(fuse_req_t req, fuse_ino_t nodeid,
 	struct stat st;
 
 	DISPATCH(req, nodeid,
-		 (snapdir_stat(live_fs(req), &st), fuse_reply_attr(req, &st, 0)),
+		 (snapdir_stat(live_fs(req), &st),
+		  fuse_reply_attr(req, &st, live_fs(req)->timeout)),
 		 nx_fuse_ops.getattr(req, nodeid, fi));
 }
 
 static void s_setattr(fuse_req_t req, fuse_ino_t nodeid, struct stat *attr,
 		      int to_set, struct fuse_file_info *fi)
 {
+	struct nx_fuse *live = live_fs(req);	/* REQ is gone after the reply */
+
 	DISPATCH_CHANGE(req, nodeid,
 			nx_fuse_ops.setattr(req, nodeid, attr, to_set, fi));
+	/* .snapshots shows the owner of "/". */
+	if (nodeid == FUSE_ROOT_ID)
+		snapdir_changed(live);
 }
 
 static void s_readlink(fuse_req_t req, fuse_ino_t nodeid)

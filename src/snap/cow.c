@@ -89,7 +89,11 @@ static errcode_t alloc_snapshot_block(struct nx_snapstore *store,
 	ext2_filsys fs = store->vol->fs;
 	errcode_t err;
 
-	err = ext2fs_new_block2(fs, goal, NULL, ret);
+	/*
+	 * The block map given explicitly: no allocation hook applies
+	 * (reserve.h); a copy keeps what is written, whoever writes.
+	 */
+	err = ext2fs_new_block2(fs, goal, fs->block_map, ret);
 	if (err == EXT2_ET_BLOCK_ALLOC_FAIL)
 		return ENOSPC;
 	if (err)

@@ -39,6 +39,7 @@ struct nx_snapstore {
 	struct nx_volume *vol;
 	struct nx_snap **snaps;		/* oldest first */
 	int nsnaps;
+	int ids_sorted;			/* snaps[] ids increase (seek_id) */
 	ext2_ino_t dir;			/* /.snapshots, 0 if absent */
 	struct nx_snap *active;		/* newest; NULL when no snapshot */
 	ext2fs_block_bitmap cow_map;	/* blocks in use at the active's take */
@@ -103,5 +104,7 @@ errcode_t nx_snap_read_take_bitmap(struct nx_snapstore *store, int idx,
 
 /* snapstore.c */
 int nx_snap_index(struct nx_snapstore *store, ext2_ino_t ino);
+/* Index of the first snapshot with id >= ID, or nsnaps (binary search). */
+int nx_snap_seek(struct nx_snapstore *store, uint32_t id);
 
 #endif

@@ -190,6 +190,9 @@ static errcode_t load_list(struct nx_snapstore *store, char *msg, size_t msglen)
 	for (i = 0; i < n; i++)
 		store->snaps[i] = chain[n - 1 - i];	/* oldest first */
 	store->nsnaps = n;
+	for (i = 1; i < n; i++)
+		if (store->snaps[i]->id <= store->snaps[i - 1]->id)
+			store->ids_sorted = 0;
 	for (i = 0; i < n; i++) {
 		err = scan_snapshot_blocks(store, store->snaps[i]);
 		if (err) {
@@ -271,6 +274,7 @@ errcode_t nx_snap_attach(struct nx_volume *vol, char *msg, size_t msglen)
 	if (!store)
 		return EXT2_ET_NO_MEMORY;
 	store->vol = vol;
+	store->ids_sorted = 1;
 	err = ext2fs_allocate_block_bitmap(fs, "snapshot exclude",
 					   &store->exclude);
 	if (!err)
@@ -333,17 +337,27 @@ ext2_ino_t nx_snap_dir_ino(struct nx_volume *vol)
 	return vol->snap ? vol->snap->dir : 0;
 }
 
+/* What memory knows about S: everything but the blocks it holds. */
+static void fill_brief(struct nx_snapstore *store, struct nx_snap *s,
+		       struct nx_snapinfo *info)
+{
+	size_t len = strlen(s->name);
+
+	info->ino = s->ino;
+	info->id = s->id;
+	info->taken = s->taken;
+	info->active = s == store->active;
+	info->blocks = 0;
+	/* memcpy, not snprintf: listing 1024 names is a hot path. */
+	memcpy(info->name, s->name, len + 1);
+}
+
 static void fill_info(struct nx_snapstore *store, struct nx_snap *s,
 		      struct nx_snapinfo *info)
 {
 	struct ext2_inode_large inode;
 
-	memset(info, 0, sizeof(*info));
-	snprintf(info->name, sizeof(info->name), "%s", s->name);
-	info->ino = s->ino;
-	info->id = s->id;
-	info->taken = s->taken;
-	info->active = s == store->active;
+	fill_brief(store, s, info);
 	if (!nx_inode_read(store->vol, s->ino, &inode))
 		info->blocks = ext2fs_get_stat_i_blocks(store->vol->fs,
 				(struct ext2_inode *)&inode) /
@@ -364,14 +378,69 @@ static struct nx_snap *find_by_name(struct nx_snapstore *store,
 	return NULL;
 }
 
+/*
+ * Index of the first snapshot (oldest first) whose id is >= ID, or nsnaps.
+ * Ids grow from older to newer on every volume nextfs wrote (and check
+ * --repair relinks by id), so this is a binary search; a list that is
+ * out of order anyway (load_list or take noticed) is searched one by one.
+ */
+int nx_snap_seek(struct nx_snapstore *store, uint32_t id)
+{
+	int lo = 0, hi = store->nsnaps, i;
+
+	if (!store->ids_sorted) {
+		for (i = 0; i < store->nsnaps; i++)
+			if (store->snaps[i]->id == id)
+				return i;
+		return store->nsnaps;
+	}
+	while (lo < hi) {
+		int mid = lo + (hi - lo) / 2;
+
+		if (store->snaps[mid]->id < id)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
 static struct nx_snap *find_by_id(struct nx_snapstore *store, uint32_t id)
 {
 	int i;
 
+	if (!store)
+		return NULL;
+	i = nx_snap_seek(store, id);
+	return i < store->nsnaps && store->snaps[i]->id == id ?
+	       store->snaps[i] : NULL;
+}
+
+int nx_snap_seek_id(struct nx_volume *vol, uint32_t id)
+{
+	return vol->snap ? nx_snap_seek(vol->snap, id) : 0;
+}
+
+errcode_t nx_snap_peek(struct nx_volume *vol, int idx,
+		       struct nx_snapinfo *info)
+{
+	struct nx_snapstore *store = vol->snap;
+
+	if (!store || idx < 0 || idx >= store->nsnaps)
+		return ENOENT;
+	fill_brief(store, store->snaps[idx], info);
+	return 0;
+}
+
+int nx_snap_name_index(struct nx_volume *vol, const char *name)
+{
+	struct nx_snapstore *store = vol->snap;
+	int i;
+
 	for (i = 0; store && i < store->nsnaps; i++)
-		if (store->snaps[i]->id == id)
-			return store->snaps[i];
-	return NULL;
+		if (!strcmp(store->snaps[i]->name, name))
+			return i;
+	return -1;
 }
 
 errcode_t nx_snap_find_id(struct nx_volume *vol, uint32_t id,
@@ -450,14 +519,19 @@ static blk64_t cow_reserve(ext2_filsys fs)
 	return r;
 }
 
-errcode_t nx_snap_check_space(struct nx_volume *vol, blk64_t want)
+blk64_t nx_snap_reserved(struct nx_volume *vol)
 {
-	ext2_filsys fs = vol->fs;
-
 	if (!vol->snap || !vol->snap->active)
 		return 0;
-	if (ext2fs_free_blocks_count(fs->super) <
-	    want + fs->super->s_snapshot_r_blocks_count)
+	return vol->fs->super->s_snapshot_r_blocks_count;
+}
+
+errcode_t nx_snap_check_space(struct nx_volume *vol, blk64_t want)
+{
+	blk64_t reserved = nx_snap_reserved(vol);
+
+	if (reserved &&
+	    ext2fs_free_blocks_count(vol->fs->super) < want + reserved)
 		return ENOSPC;
 	return 0;
 }
@@ -676,6 +750,9 @@ errcode_t nx_snap_take(struct nx_volume *vol, const char *name,
 		return EEXIST;
 	if (store->nsnaps >= MAX_SNAPSHOTS)
 		return EMLINK;
+	/* Ids are never reused; the FUSE layer keeps the top one for itself. */
+	if (fs->super->s_snapshot_id >= NX_SNAP_ID_MAX)
+		return EOVERFLOW;
 	err = check_mappable(fs);
 	if (err)
 		return err;
@@ -713,6 +790,8 @@ errcode_t nx_snap_take(struct nx_volume *vol, const char *name,
 	ext2fs_set_feature_has_snapshot(fs->super);
 	fs->super->s_snapshot_r_blocks_count = cow_reserve(fs);
 	ext2fs_mark_super_dirty(fs);
+	if (store->nsnaps && store->snaps[store->nsnaps - 1]->id >= id)
+		store->ids_sorted = 0;
 	store->snaps[store->nsnaps++] = s;
 
 	/*

@@ -19,8 +19,16 @@
 
 struct view_ctx {
 	struct nx_snapstore *store;
-	ext2_ino_t snap_ino;		/* which snapshot (index looked up per read) */
+	uint32_t id;			/* which snapshot (index looked up per read) */
 };
+
+/* The viewed snapshot's index now, or -1 once it has been deleted. */
+static int view_index(const struct view_ctx *v)
+{
+	int i = nx_snap_seek(v->store, v->id);
+
+	return i < v->store->nsnaps && v->store->snaps[i]->id == v->id ? i : -1;
+}
 
 /*
  * Physical block that holds N as snapshot IDX saw it.  Called with the
@@ -226,7 +234,7 @@ static errcode_t view_bytes(struct view_ctx *v, char *buf, uint64_t off,
 	struct nx_snapstore *store = v->store;
 	struct nx_blkio *io = store->vol->io;
 	uint64_t bs = store->vol->fs->blocksize, pos = off, end = off + len;
-	int idx = nx_snap_index(store, v->snap_ino);
+	int idx = view_index(v);
 	errcode_t err;
 
 	if (idx < 0)
@@ -282,8 +290,8 @@ static errcode_t view_read_bytes(void *priv, void *buf, uint64_t off,
 
 static const struct nx_bytechan_ops view_ops = { .read = view_read_bytes };
 
-/* Open snapshot SNAP_INO as a read-only libext2fs filesystem. */
-static errcode_t open_view_fs(struct nx_snapstore *store, ext2_ino_t snap_ino,
+/* Open snapshot ID as a read-only libext2fs filesystem. */
+static errcode_t open_view_fs(struct nx_snapstore *store, uint32_t id,
 			      ext2_filsys *ret, struct view_ctx **ctx)
 {
 	struct view_ctx *v;
@@ -293,7 +301,7 @@ static errcode_t open_view_fs(struct nx_snapstore *store, ext2_ino_t snap_ino,
 	if (!v)
 		return EXT2_ET_NO_MEMORY;
 	v->store = store;
-	v->snap_ino = snap_ino;
+	v->id = id;
 	err = nx_bytechan_open_fs(&view_ops, v, EXT2_FLAG_64BITS |
 				  EXT2_FLAG_SKIP_MMP, ret);
 	if (err) {
@@ -319,7 +327,7 @@ errcode_t nx_snap_read_take_bitmap(struct nx_snapstore *store, int idx,
 
 	if (idx < 0)
 		return EXT2_ET_BAD_INODE_NUM;
-	err = open_view_fs(store, store->snaps[idx]->ino, &vfs, &v);
+	err = open_view_fs(store, store->snaps[idx]->id, &vfs, &v);
 	if (err)
 		return err;
 	vfs->default_bitmap_type = EXT2FS_BMAP64_RBTREE;	/* see volume.c */
@@ -333,16 +341,18 @@ errcode_t nx_snap_read_take_bitmap(struct nx_snapstore *store, int idx,
 errcode_t nx_snap_view_open(struct nx_volume *vol, ext2_ino_t snap_ino,
 			    struct nx_volume **ret)
 {
+	int idx = vol->snap ? nx_snap_index(vol->snap, snap_ino) : -1;
 	struct nx_volume *view;
 	struct view_ctx *v;
 	errcode_t err;
 
-	if (!vol->snap || nx_snap_index(vol->snap, snap_ino) < 0)
+	if (idx < 0)
 		return ENOENT;
 	view = calloc(1, sizeof(*view));
 	if (!view)
 		return EXT2_ET_NO_MEMORY;
-	err = open_view_fs(vol->snap, snap_ino, &view->fs, &v);
+	err = open_view_fs(vol->snap, vol->snap->snaps[idx]->id, &view->fs,
+			   &v);
 	if (err) {
 		free(view);
 		return err;

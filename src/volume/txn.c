@@ -40,6 +40,7 @@ struct nx_txn {
 	ext2fs_block_bitmap fresh;	/* allocated since it, unreferenced */
 	struct timespec started;	/* first change since the last commit */
 	int dirty;
+	int committing;			/* inside nx_txn_commit */
 	errcode_t error;		/* the volume failed (fail_volume) */
 	void (*old_stats)(ext2_filsys, blk64_t, int);
 	void (*old_range_stats)(ext2_filsys, blk64_t, blk_t, int);
@@ -382,7 +383,9 @@ errcode_t nx_txn_commit(struct nx_volume *vol)
 	err = nx_blkio_txn_failed(vol->io);
 	if (err)
 		return fail_volume(t, err);
+	t->committing = 1;
 	err = nx_snap_flush(vol);
+	t->committing = 0;
 	if (!err)
 		err = nx_blkio_txn_failed(vol->io);
 	if (!err)
@@ -393,6 +396,16 @@ errcode_t nx_txn_commit(struct nx_volume *vol)
 	ext2fs_clear_block_bitmap(t->fresh);
 	t->dirty = 0;
 	return 0;
+}
+
+int nx_txn_committing(struct nx_volume *vol)
+{
+	return vol->txn && vol->txn->committing;
+}
+
+blk64_t nx_txn_held_frees(struct nx_volume *vol)
+{
+	return vol->txn ? vol->txn->ndeferred : 0;
 }
 
 int nx_txn_due(struct nx_volume *vol)

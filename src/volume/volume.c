@@ -551,13 +551,28 @@ errcode_t nx_volume_pread(struct nx_volume *vol, void *buf, uint64_t len,
 	return nx_snap_view_pread(vol, buf, len, offset);
 }
 
+/*
+ * Free space that a write can really get: for root (f_bfree) the free
+ * blocks minus the copy-on-write reserve of an active snapshot, which
+ * live writes never take (snapshot.h); for everyone else (f_bavail) the
+ * root-reserved blocks less again (reserve.h).  Blocks freed since the
+ * last commit are counted free but cannot be reused before it (txn.h):
+ * commit first, so that what df promises is there (ext4 shows them free
+ * and commits when an allocation needs them).
+ */
 errcode_t nx_volume_statfs(struct nx_volume *vol, struct statvfs *st)
 {
 	struct ext2_super_block *sb = vol->fs->super;
 	blk64_t overhead = sb->s_first_data_block;
 	blk64_t total = ext2fs_blocks_count(sb);
-	blk64_t free_blocks = ext2fs_free_blocks_count(sb);
-	blk64_t reserved = ext2fs_r_blocks_count(sb);
+	blk64_t free_blocks, held, reserved = ext2fs_r_blocks_count(sb);
+
+	held = nx_txn_held_frees(vol);
+	if (held && !nx_volume_rdonly(vol) && nx_txn_commit(vol) == 0)
+		held = 0;
+	free_blocks = ext2fs_free_blocks_count(sb);
+	held += nx_snap_reserved(vol);
+	free_blocks = free_blocks > held ? free_blocks - held : 0;
 
 	memset(st, 0, sizeof(*st));
 	st->f_bsize = vol->fs->blocksize;

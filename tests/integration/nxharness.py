@@ -664,9 +664,9 @@ def set_inode_flags(path, flags):
         os.close(fd)
 
 
-# NX_IOC_GET_OPSTATS (include/nextfs/nxioctl.h): _IOR('N', 0xE1, 4096 bytes)
+# NX_IOC_GET_OPSTATS (include/nextfs/nxioctl.h): _IOR('N', 0xE4, 4096 bytes)
 NX_OPSTATS_SIZE = 4096
-NX_IOC_GET_OPSTATS = (2 << 30) | (NX_OPSTATS_SIZE << 16) | (ord('N') << 8) | 0xE1
+NX_IOC_GET_OPSTATS = (2 << 30) | (NX_OPSTATS_SIZE << 16) | (ord('N') << 8) | 0xE4
 
 
 def opstats(path):
