@@ -701,8 +701,6 @@ static void nx_op_setattr(fuse_req_t req, fuse_ino_t nodeid,
 	nx_volume_lock(fs->vol);
 	err = do_setattr(fs, &cred, to_ext2(nodeid), attr, to_set, fi != NULL,
 			 &st);
-	if (!err)
-		nx_fuse_fix_stat(fs, to_ext2(nodeid), &st);
 	nx_volume_unlock(fs->vol);
 	if (err)
 		reply_err(req, err);

@@ -86,7 +86,7 @@ class CompletionTest(nx.NxTestCase):
     def image_with_snapshots(self, names):
         img = self.make_image(size='16M', flavour='ext4')
         for n in names:
-            nx.run([self.nextfs, 'snapshot', 'take', img, n])
+            nx.run([self.nextfs, 'snapshot', 'take', img, '--', n])
         return img
 
     # -- nextfs

@@ -21,6 +21,7 @@ Runs once (no flavour): ext4 images.
 
 import ctypes
 import errno
+import json
 import fcntl
 import os
 import re
@@ -90,10 +91,13 @@ class UnmountTest(nx.NxTestCase):
         with nx.environment(NEXTFS_FAULTS=SLOW):
             with self.mounted(img) as m:
                 fill(m.path)
-                # Serving: refused at once, naming the mount.
-                p = nextfs('info', img, check=1)
+                # Serving: a command that needs the volume to itself is
+                # refused at once, naming the mount; info asks the daemon.
+                p = nextfs('check', img, check=8)   # e2fsck's "operational"
                 self.assertIn('is mounted at %s' % m.path, p.stdout)
                 self.assertIn('nextfs umount %s' % m.path, p.stdout)
+                p = nextfs('info', '--json', img, check=0)
+                self.assertTrue(json.loads(p.stdout)['volume']['mounted'])
                 nx.run([nx.FUSERMOUNT, '-u', m.path])
                 # What the issue saw: the daemon still writes (the test
                 # can tell; the next command must wait for it).
