@@ -97,6 +97,15 @@ int nx_blkio_splice_fd(struct nx_blkio *io, uint64_t off, uint64_t len);
 void nx_blkio_splice_note(struct nx_blkio *io, uint64_t len);
 
 /*
+ * Ask the kernel to start reading device bytes [off, off+len) into its
+ * page cache (POSIX_FADV_WILLNEED) and return at once: for callers about
+ * to read many scattered blocks one by one, so that the device sees them
+ * as one batch instead of a queue of single waits.  A hint only: errors
+ * are ignored, and nothing is counted as read.
+ */
+void nx_blkio_prefetch(struct nx_blkio *io, uint64_t off, uint64_t len);
+
+/*
  * Reads of at least NX_BLKIO_DIRECT_MIN bytes whose offset, length and
  * buffer are multiples of NX_BLKIO_DIRECT_ALIGN bypass the page cache
  * (see the top of this file); callers that read file data in large

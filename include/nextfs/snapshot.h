@@ -155,5 +155,13 @@ errcode_t nx_snap_find_id(struct nx_volume *vol, uint32_t id,
 			  struct nx_snapinfo *info);
 errcode_t nx_snap_view_get(struct nx_volume *vol, uint32_t id,
 			   struct nx_volume **view);
+/*
+ * About to open the views of many snapshots (a listing of /.snapshots
+ * that stats each one): have the device read, as one batch, what opening
+ * them and reading their root directories will read one by one.  A hint:
+ * nothing changes, errors are ignored.  Each snapshot is hinted once.
+ * Live volume locked.
+ */
+void nx_snap_prefetch_views(struct nx_volume *vol);
 
 #endif

@@ -361,6 +361,9 @@ static void snapdir_readdir(fuse_req_t req, size_t size, off_t off, int plus)
 		return;
 	}
 	nx_volume_lock(live->vol);
+	/* "ls -l" looks up every entry next: one batch of reads, not N. */
+	if (off < 1)
+		nx_snap_prefetch_views(live->vol);
 	if (off < 1 && len)
 		used += len = snapdir_entry(req, plus, buf + used, size - used,
 					    ".", NX_SNAPDIR_STINO, 1);

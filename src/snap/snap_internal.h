@@ -33,6 +33,7 @@ struct nx_snap {
 	char name[NX_NAME_MAX + 1];
 	ext2fs_block_bitmap mapped;	/* logical blocks this snapshot maps */
 	struct nx_volume *view;		/* cached view (nx_snap_view_get), or NULL */
+	int prefetched;			/* nx_snap_prefetch_views() hinted it */
 };
 
 struct nx_snapstore {

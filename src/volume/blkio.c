@@ -534,6 +534,13 @@ void nx_blkio_splice_note(struct nx_blkio *io, uint64_t len)
 		nx_faults_slow_shared_read(io->faults);
 }
 
+void nx_blkio_prefetch(struct nx_blkio *io, uint64_t off, uint64_t len)
+{
+	if (io && len)
+		posix_fadvise(io->fd, (off_t)off, (off_t)len,
+			      POSIX_FADV_WILLNEED);
+}
+
 static errcode_t pwrite_all(struct nx_blkio *io, const char *p, uint64_t len,
 			     uint64_t offset)
 {
