@@ -70,6 +70,8 @@ struct nx_rawvol {
 	int lock_fd;			/* holds the volume lock */
 	int claim_fd;			/* O_EXCL claim of a block device (rw) */
 	int rw;
+	int sb_csum_fixed;		/* NX_RAW_REPAIR: the primary superblock's
+					   checksum was wrong, is rewritten */
 };
 
 /* nx_raw_open() modes (0: read-only). */

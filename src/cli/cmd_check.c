@@ -371,6 +371,39 @@ static int fsck_live(const char *image, int verbose, unsigned *errors)
 	return 0;
 }
 
+/* IMAGE's primary superblock as it is on disk.  0 or -1 (errno). */
+static int read_primary_sb(const char *image, struct ext2_super_block *sb)
+{
+	int fd = open(image, O_RDONLY | O_CLOEXEC), rc = -1;
+
+	if (fd < 0)
+		return -1;
+	if (pread(fd, sb, sizeof(*sb), SUPERBLOCK_OFFSET) == sizeof(*sb) &&
+	    sb->s_magic == EXT2_SUPER_MAGIC)
+		rc = 0;
+	else
+		errno = EIO;
+	close(fd);
+	return rc;
+}
+
+/* Write SB as IMAGE's primary superblock, with its checksum made right. */
+static int write_primary_sb(const char *image, struct ext2_super_block *sb)
+{
+	int fd = open(image, O_WRONLY | O_CLOEXEC), rc = -1;
+
+	if (fd < 0)
+		return -1;
+	if (ext2fs_has_feature_metadata_csum(sb))
+		sb->s_checksum = ext2fs_crc32c_le(~0U, (unsigned char *)sb,
+				offsetof(struct ext2_super_block, s_checksum));
+	if (pwrite(fd, sb, sizeof(*sb), SUPERBLOCK_OFFSET) == sizeof(*sb) &&
+	    fsync(fd) == 0)
+		rc = 0;
+	close(fd);
+	return rc;
+}
+
 /*
  * Set or clear HAS_SNAPSHOT in IMAGE's primary superblock (checksum
  * kept).  *WAS: whether it was set.  0 or -1 (errno).
@@ -378,30 +411,16 @@ static int fsck_live(const char *image, int verbose, unsigned *errors)
 static int set_has_snapshot(const char *image, int on, int *was)
 {
 	struct ext2_super_block sb;
-	int fd = open(image, O_RDWR | O_CLOEXEC), rc = -1;
 
-	if (fd < 0)
+	if (read_primary_sb(image, &sb) < 0)
 		return -1;
-	if (pread(fd, &sb, sizeof(sb), SUPERBLOCK_OFFSET) != sizeof(sb) ||
-	    sb.s_magic != EXT2_SUPER_MAGIC) {
-		errno = EIO;
-		goto out;
-	}
 	if (was)
 		*was = ext2fs_has_feature_has_snapshot(&sb);
 	if (on)
 		ext2fs_set_feature_has_snapshot(&sb);
 	else
 		ext2fs_clear_feature_has_snapshot(&sb);
-	if (ext2fs_has_feature_metadata_csum(&sb))
-		sb.s_checksum = ext2fs_crc32c_le(~0U, (unsigned char *)&sb,
-				offsetof(struct ext2_super_block, s_checksum));
-	if (pwrite(fd, &sb, sizeof(sb), SUPERBLOCK_OFFSET) == sizeof(sb) &&
-	    fsync(fd) == 0)
-		rc = 0;
-out:
-	close(fd);
-	return rc;
+	return write_primary_sb(image, &sb);
 }
 
 /*
@@ -434,6 +453,70 @@ static int repair_live(const char *image, int verbose)
 			     strerror(errno));
 		return -1;
 	}
+	return rc;
+}
+
+/*
+ * Damage that keeps nextfs from opening the volume at all, which e2fsck
+ * repairs: a corrupt superblock, wrong checksums of bitmaps or inodes, a
+ * corrupt journal superblock (sanity.h refuses those).
+ */
+static int e2fsck_must_go_first(errcode_t err)
+{
+	return err == EXT2_ET_FILESYSTEM_CORRUPTED ||
+	       err == EXT2_ET_CORRUPT_SUPERBLOCK ||
+	       err == EXT2_ET_INODE_CSUM_INVALID ||
+	       err == EXT2_ET_INODE_BITMAP_CSUM_INVALID ||
+	       err == EXT2_ET_EXTENT_CSUM_INVALID ||
+	       err == EXT2_ET_DIR_CSUM_INVALID ||
+	       err == EXT2_ET_BLOCK_BITMAP_CSUM_INVALID;
+}
+
+/*
+ * --repair of a volume that nx_check() cannot open: e2fsck first (as
+ * repair_live), then the caller checks the snapshots.  e2fsck rebuilds
+ * a corrupt primary superblock from a backup, but the snapshot fields
+ * live only in the primary (nextfs leaves the backups as they were,
+ * like the kernel): they are saved before and put back if e2fsck
+ * dropped them; nx_check() then judges them like any others.
+ */
+static int repair_unopenable(const char *image, int verbose)
+{
+	struct ext2_super_block before, after;
+	int rc;
+
+	if (read_primary_sb(image, &before) < 0) {
+		nx_cli_error("%s: cannot read the superblock: %s", image,
+			     strerror(errno));
+		return -1;
+	}
+	rc = repair_live(image, verbose);
+	if (rc < 0 || !ext2fs_has_feature_has_snapshot(&before))
+		return rc;
+	if (read_primary_sb(image, &after) < 0) {
+		nx_cli_error("%s: cannot read the superblock e2fsck wrote: %s",
+			     image, strerror(errno));
+		return -1;
+	}
+	if (ext2fs_has_feature_has_snapshot(&after) &&
+	    after.s_snapshot_inum == before.s_snapshot_inum &&
+	    after.s_snapshot_id == before.s_snapshot_id &&
+	    after.s_snapshot_list == before.s_snapshot_list &&
+	    after.s_snapshot_r_blocks_count ==
+	    before.s_snapshot_r_blocks_count)
+		return rc;
+	ext2fs_set_feature_has_snapshot(&after);
+	after.s_snapshot_inum = before.s_snapshot_inum;
+	after.s_snapshot_id = before.s_snapshot_id;
+	after.s_snapshot_list = before.s_snapshot_list;
+	after.s_snapshot_r_blocks_count = before.s_snapshot_r_blocks_count;
+	if (write_primary_sb(image, &after) < 0) {
+		nx_cli_error("%s: cannot put the snapshot fields back: %s",
+			     image, strerror(errno));
+		return -1;
+	}
+	printf("repaired: e2fsck rebuilt the superblock from a backup; the "
+	       "snapshot fields are put back\n");
 	return rc;
 }
 
@@ -541,6 +624,19 @@ int nx_cmd_check(int argc, char **argv)
 	err = nx_check(image, repair ? NX_CHECK_REPAIR : 0, print_finding, &rc,
 		       &prog, &res, msg, sizeof(msg));
 	nx_cli_progress_end(&prog);
+	if (err && repair && fsck && e2fsck_must_go_first(err)) {
+		int frc;
+
+		printf("damaged: %s\n", msg[0] ? msg : error_message(err));
+		frc = repair_unopenable(image, rc.verbose);
+		if (frc < 0 || frc >= 4)
+			return CHECK_OPERROR;
+		nx_cli_progress_begin(&prog);
+		err = nx_check(image, NX_CHECK_REPAIR, print_finding, &rc,
+			       &prog, &res, msg, sizeof(msg));
+		nx_cli_progress_end(&prog);
+		res.fixed++;
+	}
 	if (err) {
 		nx_cli_error("%s", msg[0] ? msg : error_message(err));
 		return CHECK_OPERROR;

@@ -89,6 +89,30 @@ static errcode_t refuse_damaged(struct nx_rawvol *raw,
 				 msg, msglen);
 }
 
+/*
+ * A repair of a volume whose primary superblock has a wrong checksum
+ * (and nothing else libext2fs objects to): e2fsck would start from a
+ * backup, but nextfs keeps the backups as they were (EXT2_FLAG_MASTER_SB_
+ * ONLY), so only the primary holds the snapshot fields.  Open it with the
+ * checksum unchecked, and write it back with a fresh checksum; the rest
+ * of the check (and e2fsck after it) then judges its content.  Checksums
+ * are checked again from here on.
+ */
+static errcode_t open_fixing_sb_csum(struct nx_rawvol *raw, int oflags)
+{
+	errcode_t err;
+
+	err = ext2fs_open2(raw->device, NULL,
+			   oflags | EXT2_FLAG_IGNORE_CSUM_ERRORS, 0, 0,
+			   nx_blkio_manager, &raw->fs);
+	if (err)
+		return err;
+	raw->fs->flags &= ~EXT2_FLAG_IGNORE_CSUM_ERRORS;
+	ext2fs_mark_super_dirty(raw->fs);
+	raw->sb_csum_fixed = 1;
+	return 0;
+}
+
 errcode_t nx_raw_open(const char *device, int mode, struct nx_rawvol **ret,
 		      char *msg, size_t msglen)
 {
@@ -133,6 +157,8 @@ errcode_t nx_raw_open(const char *device, int mode, struct nx_rawvol **ret,
 	}
 	err = ext2fs_open2(device, NULL, oflags, 0, 0, nx_blkio_manager,
 			   &raw->fs);
+	if (err == EXT2_ET_SB_CSUM_INVALID && mode == NX_RAW_REPAIR)
+		err = open_fixing_sb_csum(raw, oflags);
 	if (err) {
 		raw->fs = NULL;
 		nx_set_msg(msg, msglen, "%s: %s", device,
@@ -1219,6 +1245,9 @@ errcode_t nx_check(const char *device, int flags, nx_check_report_fn report,
 	if (err)
 		return err;
 	ck.fs = raw->fs;
+	if (raw->sb_csum_fixed)
+		say(&ck, NX_CHECK_FIXED, "the superblock's checksum was wrong; "
+		    "it is rewritten");
 	say(&ck, NX_CHECK_INFO, "checking block ownership");
 	err = scan_ownership(&ck);
 	if (!err) {
