@@ -79,9 +79,11 @@ errcode_t nx_duration_parse(const char *s, unsigned *seconds,
 /*
  * Take a timeline snapshot: TAKE(ARG, NAME) with the name of the current
  * second (CLOCK_REALTIME).  When it returns EEXIST (a snapshot of this
- * second exists), wait for the next second and try again, a few times.
+ * second exists), wait for the next second and try again, up to
+ * NX_TL_TAKE_TRIES names in all.
  * The name used goes to NAME.  Returns what TAKE last returned.
  */
+#define NX_TL_TAKE_TRIES	5
 errcode_t nx_tl_take(errcode_t (*take)(void *arg, const char *name),
 		     void *arg, char name[NX_TL_NAME_SIZE]);
 

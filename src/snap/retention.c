@@ -352,8 +352,11 @@ errcode_t nx_tl_take(errcode_t (*take)(void *arg, const char *name),
 	errcode_t err = EEXIST;
 	int tries;
 
-	/* Three seconds: a collision is one other take, not a stream. */
-	for (tries = 0; tries < 3 && err == EEXIST; tries++) {
+	/*
+	 * A few seconds: a collision is another take or two in the same
+	 * second, not a stream; past that, EEXIST says what is wrong.
+	 */
+	for (tries = 0; tries < NX_TL_TAKE_TRIES && err == EEXIST; tries++) {
 		if (tries)
 			wait_next_second();
 		clock_gettime(CLOCK_REALTIME, &now);
