@@ -24,6 +24,7 @@ import json
 import mmap
 import os
 import re
+import shutil
 import subprocess
 import time
 
@@ -378,6 +379,25 @@ class TimelineTest(nx.NxTestCase):
             self.assertIn(msg, p.stdout)
             self.assertFalse(nx.is_mounted(mnt))
         self.assertEqual(nx.sha256_file(img), before)
+
+    def test_timer_options_through_mount_fuse3(self):
+        # What an fstab line does: mount(8) -> mount.fuse3 -> the daemon,
+        # with the options as plain -o options.
+        self.need_root()
+        self.need_fuse_daemon()
+        if not shutil.which('mount.fuse3'):
+            self.skipTest('no mount.fuse3')
+        img = self.make_image()
+        mnt = os.path.join(self.work, 'fstab-mnt')
+        os.mkdir(mnt)
+        nx.run(['mount', '-t', 'fuse', '%s#%s' % (nx.daemon_path(), img),
+                mnt, '-o', 'snapshot_every=1s,snapshot_keep=last=1:daily=1'])
+        try:
+            wait_for(lambda: timeline(os.path.join(mnt, '.snapshots')), 10,
+                     'a timed snapshot')
+        finally:
+            nextfs('umount', mnt)
+        self.fsck_masked_clean(img)
 
     # ------------------------------------------------------------ syncfs
 
