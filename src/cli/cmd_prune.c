@@ -150,26 +150,18 @@ static void print_text(const struct nx_cli_snaps *snaps,
 	for (i = 0; i < snaps->n; i++) {
 		nx_out_quote(q, sizeof(q), snaps->s[i].name,
 			     strlen(snaps->s[i].name));
-		switch (state[i]) {
-		case NAMED:
+		if (state[i] == NAMED) {
 			named++;
-			break;
-		case KEPT:
-			reasons_text(items[i].reasons, why, sizeof(why));
-			printf("keep          %s (%s)\n", q,
-			       why[0] ? why : "dated after now");
-			break;
-		case DELETE:
-			printf("%s  %s\n", dry_run ? "would delete" :
-			       "not deleted ", q);
-			break;
-		case DELETED:
-			printf("deleted       %s\n", q);
-			break;
-		case FAILED:
-			printf("not deleted   %s\n", q);
-			break;
+			continue;
 		}
+		printf("%-13s %s", state[i] == KEPT ? "keep" :
+		       state[i] == DELETED ? "deleted" :
+		       dry_run ? "would delete" : "not deleted", q);
+		if (state[i] == KEPT) {
+			reasons_text(items[i].reasons, why, sizeof(why));
+			printf(" (%s)", why[0] ? why : "dated after now");
+		}
+		putchar('\n');
 	}
 	if (named)
 		printf("%d snapshot%s with other names left alone\n", named,
