@@ -286,6 +286,20 @@ START_TEST(test_last_n)
 	ck_assert_str_eq(kept(&c), "-KKKK-");
 	decide(&c, "last=100", far_future);
 	ck_assert_str_eq(kept(&c), "KKKKKK");
+
+	/*
+	 * Ties: names are unique, so equal times cannot come from a volume;
+	 * given them anyway, the decision is still one per slot and
+	 * deterministic (the later item counts as the newer).
+	 */
+	c.n = 0;
+	add_time(&c, t0);
+	add_time(&c, t0);
+	add_time(&c, t0 - 1);
+	decide(&c, "last=1", far_future);
+	ck_assert_str_eq(kept(&c), "-K-");
+	decide(&c, "hourly=1", far_future);
+	ck_assert_str_eq(kept(&c), "-K-");
 }
 END_TEST
 
