@@ -75,14 +75,16 @@ _nextfs_commands()
 }
 
 # The options of "nextfs CMD [SUB]": the bracketed ones of its usage
-# lines ("[-r|--repair]" gives -r and --repair), plus --help.
+# lines ("[-r|--repair]" gives -r and --repair) and the required ones
+# with a value ("--keep SPEC"), plus --help.
 _nextfs_options()
 {
 	local cmd=$1 sub=$2
 	"${_nextfs_cmd:-nextfs}" "$cmd" --help 2>/dev/null |
 		sed -n '/^usage:/,/^$/p' |
 		{ if [[ $sub ]]; then grep -E " $cmd $sub( |$)"; else cat; fi; } |
-		grep -oE '\[-[^]]*\]' | tr -d '[]' | tr '|' '\n' |
+		grep -oE '\[-[^]]*\]| --[a-z][a-z0-9-]* [A-Z]' |
+		sed 's/^ //; s/ [A-Z]$//' | tr -d '[]' | tr '|' '\n' |
 		grep -E '^--?[A-Za-z][A-Za-z0-9-]*$'
 	echo --help
 }
@@ -97,6 +99,7 @@ _nextfs_arg_kinds()
 	"snapshot take")	echo target new ;;
 	"snapshot delete")	echo target snap ;;
 	"snapshot list")	echo target ;;
+	"snapshot prune")	echo target ;;
 	check|info)		echo image ;;
 	export)			echo image snap out ;;
 	diff)			echo target snap snap ;;
@@ -139,6 +142,8 @@ _nextfs()
 			fi
 		elif ((!ddash)) && [[ $w == -- ]]; then
 			ddash=1
+		elif ((!ddash)) && [[ $w == --keep ]]; then
+			((i++))		# its SPEC is no positional argument
 		elif ((ddash)) || [[ $w != -?* ]]; then
 			args+=("$w")
 		fi
@@ -146,13 +151,21 @@ _nextfs()
 	if [[ $cmd == snapshot ]]; then
 		if ((${#args[@]} == 0)); then
 			[[ $cur == -* ]] ||
-				COMPREPLY=($(compgen -W 'take delete list' -- "$cur"))
+				COMPREPLY=($(compgen -W 'take delete list prune' \
+					-- "$cur"))
 			[[ $cur == -* ]] &&
 				COMPREPLY=($(compgen -W '--help' -- "$cur"))
 			return
 		fi
 		sub=${args[0]}
 		args=("${args[@]:1}")
+	fi
+	if ((!ddash)) && [[ ${COMP_WORDS[COMP_CWORD - 1]} == --keep ]]; then
+		# retention rules (nextfs(1), snapshot prune)
+		COMPREPLY=($(compgen -W 'last= hourly= daily= weekly= monthly=
+			yearly=' -- "$cur"))
+		compopt -o nospace 2>/dev/null
+		return
 	fi
 	if ((!ddash)) && [[ $cur == -* ]]; then
 		COMPREPLY=($(compgen -W "$(_nextfs_options "$cmd" "$sub")" \

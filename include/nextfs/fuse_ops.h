@@ -103,6 +103,7 @@ struct nx_fuse {
 	struct nx_fuse **views;		/* live: one per snapshot id browsed */
 	size_t nviews;
 	struct nx_committer *committer;	/* live rw: the commit timer */
+	struct nx_timer *timer;		/* live rw: timed snapshots */
 };
 
 /*
@@ -113,6 +114,21 @@ struct nx_fuse {
  */
 int nx_fuse_committer_start(struct nx_fuse *fs);
 void nx_fuse_committer_stop(struct nx_fuse *fs);
+
+/*
+ * timer.c - timed snapshots (-o snapshot_every, snapshot_keep): a thread
+ * that, whenever the UTC time is a multiple of EVERY seconds, takes a
+ * snapshot with a timeline name (retention.h) the way mkdir in
+ * .snapshots does, then deletes the timeline snapshots KEEP (if not
+ * NULL; copied) does not keep, one at a time, each under the volume lock
+ * for no longer than an rmdir would hold it.  A take or delete that
+ * fails is logged; the next tick tries again.  Stopped (joined) before
+ * the volume is closed; stopping twice is harmless.
+ */
+struct nx_keep_spec;
+int nx_fuse_timer_start(struct nx_fuse *fs, unsigned every,
+			const struct nx_keep_spec *keep);
+void nx_fuse_timer_stop(struct nx_fuse *fs);
 
 /* The operations proper (fuse_ops.c); they serve the live tree and views. */
 extern const struct fuse_lowlevel_ops nx_fuse_ops;
@@ -219,6 +235,8 @@ struct nx_fuse_config {
 	int ino32;			/* -o ino32: 32-bit snapshot st_ino */
 	int read_ahead_given;		/* ... named by the user: warn if unset */
 	int fakeroot;			/* -o fakeroot: see idmap.h */
+	unsigned snapshot_every;	/* -o snapshot_every, s; 0: none */
+	const struct nx_keep_spec *snapshot_keep;	/* or NULL */
 	struct fuse_args *args;		/* argv[0] + options for the session */
 };
 

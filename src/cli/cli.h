@@ -7,6 +7,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <et/com_err.h>
 
 /* Exit codes scripts can rely on. */
 #define NX_CLI_OK	0
@@ -42,6 +43,8 @@ int nx_cli_parse(int argc, char **argv, const char *cmd,
 		 int *nargs);
 
 int nx_cmd_snapshot(int argc, char **argv);
+/* "snapshot prune" (cmd_prune.c); ARGV[0] is "prune". */
+int nx_cmd_snapshot_prune(int argc, char **argv);
 int nx_cmd_check(int argc, char **argv);
 int nx_cmd_export(int argc, char **argv);
 int nx_cmd_diff(int argc, char **argv);
@@ -83,6 +86,21 @@ char *nx_cli_find_mount(const char *image);
  */
 int nx_cli_open_target(const char *target, int flags, struct nx_volume **vol,
 		       char **mnt);
+
+/*
+ * snapact.c - take and delete snapshot NAME on a target: a mountpoint
+ * (MNT, through MNT/.snapshots) or an image opened read-write (VOL, under
+ * its lock).  nx_cli_take fits nx_tl_take() (retention.h); both return
+ * an errno or errcode_t.  nx_cli_flush_mount: syncfs(MNT) (dirty mmap'ed
+ * pages reach the daemon), NX_CLI_OK or NX_CLI_FAIL after a message.
+ */
+struct nx_cli_target {
+	const char *mnt;
+	struct nx_volume *vol;
+};
+int nx_cli_flush_mount(const char *mnt);
+errcode_t nx_cli_take(void *target, const char *name);
+errcode_t nx_cli_delete(struct nx_cli_target *t, const char *name);
 
 /*
  * snaplist.c - the snapshots of a target, as "snapshot list" and "info"

@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include <et/com_err.h>
+#include "nextfs/retention.h"
 #include "nextfs/snapshot.h"
 #include "cli.h"
 #include "output.h"
@@ -30,71 +31,58 @@ static int close_image(struct nx_volume *vol)
 	return 0;
 }
 
-static int snapdir_path(char *buf, size_t len, const char *mnt,
-			const char *name)
-{
-	int n = snprintf(buf, len, "%s/%s%s%s", mnt, NX_SNAPDIR_NAME,
-			 name ? "/" : "", name ? name : "");
-
-	if (n < 0 || (size_t)n >= len) {
-		nx_cli_error("path too long");
-		return NX_CLI_USAGE;
-	}
-	return 0;
-}
-
-static int take_or_delete_mounted(const char *mnt, const char *name,
-				  int take)
-{
-	char path[8192], q[NX_QUOTED_NAME_SIZE];
-	int rc = snapdir_path(path, sizeof(path), mnt, name);
-
-	if (rc)
-		return rc;
-	if ((take ? mkdir(path, 0755) : rmdir(path)) < 0) {
-		nx_cli_error("%s snapshot %s on %s: %s",
-			     take ? "cannot take" : "cannot delete",
-			     nx_out_quote(q, sizeof(q), name, strlen(name)),
-			     mnt, strerror(errno));
-		return NX_CLI_FAIL;
-	}
-	return 0;
-}
-
+/*
+ * Take (NAME, or a timeline name of the current second when NAME is
+ * NULL: printed on stdout) or delete on TARGET.
+ */
 static int take_or_delete(const char *target, const char *name, int take)
 {
-	char q[NX_QUOTED_NAME_SIZE], *mnt;
-	struct nx_volume *vol;
+	char q[NX_QUOTED_NAME_SIZE], tl[NX_TL_NAME_SIZE], *mnt;
+	struct nx_cli_target t;
 	errcode_t err;
 	int rc;
 
-	nx_out_quote(q, sizeof(q), name, strnlen(name, NX_NAME_MAX));
-	err = nx_snap_name_check(name);
-	if (err) {
-		nx_cli_error("invalid snapshot name %s: %s", q,
-			     err == ENAMETOOLONG ? "longer than 255 bytes" :
-			     "must be non-empty, not '.' or '..', without '/'");
-		return NX_CLI_USAGE;
+	if (name) {
+		nx_out_quote(q, sizeof(q), name, strnlen(name, NX_NAME_MAX));
+		err = nx_snap_name_check(name);
+		if (err) {
+			nx_cli_error("invalid snapshot name %s: %s", q,
+				     err == ENAMETOOLONG ?
+				     "longer than 255 bytes" :
+				     "must be non-empty, not '.' or '..', "
+				     "without '/'");
+			return NX_CLI_USAGE;
+		}
 	}
-	rc = nx_cli_open_target(target, 0, &vol, &mnt);
+	rc = nx_cli_open_target(target, 0, &t.vol, &mnt);
 	if (rc)
 		return rc;
-	if (mnt) {
-		rc = take_or_delete_mounted(mnt, name, take);
-		free(mnt);
-		return rc;
+	t.mnt = mnt;
+	if (mnt && take)
+		rc = nx_cli_flush_mount(mnt);
+	if (!rc) {
+		if (!take)
+			err = nx_cli_delete(&t, name);
+		else if (name)
+			err = nx_cli_take(&t, name);
+		else
+			err = nx_tl_take(nx_cli_take, &t, tl);
+		if (!name)
+			nx_out_quote(q, sizeof(q), tl, strlen(tl));
+		if (err) {
+			nx_cli_error("cannot %s snapshot %s%s%s: %s",
+				     take ? "take" : "delete", q,
+				     mnt ? " on " : "", mnt ? mnt : "",
+				     strerror(nx_errno(err)));
+			rc = NX_CLI_FAIL;
+		} else if (!name) {
+			printf("%s\n", tl);
+		}
 	}
-	nx_volume_lock(vol);
-	err = take ? nx_snap_take(vol, name, NULL) : nx_snap_delete(vol, name);
-	nx_volume_unlock(vol);
-	if (err) {
-		nx_cli_error("%s snapshot %s: %s",
-			     take ? "cannot take" : "cannot delete", q,
-			     strerror(nx_errno(err)));
-		close_image(vol);
-		return NX_CLI_FAIL;
-	}
-	return close_image(vol);
+	free(mnt);
+	if (t.vol && close_image(t.vol))
+		rc = NX_CLI_FAIL;
+	return rc;
 }
 
 /* Output formats of "snapshot list". */
@@ -138,9 +126,11 @@ static int list_snapshots(const char *target, enum list_format format)
 static void snapshot_usage(FILE *out)
 {
 	fprintf(out,
-		"usage: nextfs snapshot take IMAGE_OR_MOUNTPOINT NAME\n"
+		"usage: nextfs snapshot take IMAGE_OR_MOUNTPOINT [NAME]\n"
 		"       nextfs snapshot delete IMAGE_OR_MOUNTPOINT NAME\n"
 		"       nextfs snapshot list [--json|--names0] IMAGE_OR_MOUNTPOINT\n"
+		"       nextfs snapshot prune IMAGE_OR_MOUNTPOINT --keep SPEC "
+		"[--dry-run] [--json]\n"
 		"\n"
 		"Take, delete or list snapshots of an unmounted ext2/3/4 image\n"
 		"or device, or of a volume mounted with nextfs-fuse (through\n"
@@ -148,7 +138,15 @@ static void snapshot_usage(FILE *out)
 		"through its mountpoint too).  Names print quoted where needed,\n"
 		"as ls does; --json prints exact names (see nextfs(1)); --names0\n"
 		"only the names, each followed by a NUL byte.  A NAME that\n"
-		"starts with '-' goes after '--'.\n");
+		"starts with '-' goes after '--'.\n"
+		"\n"
+		"take without NAME names the snapshot after the time, UTC, as\n"
+		"@GMT-YYYY.MM.DD-HH.MM.SS (Samba's format) and prints the name;\n"
+		"if that name exists it waits for the next second.  take on a\n"
+		"mount first flushes it (syncfs), so that data written through\n"
+		"mmap and not yet msync'ed is in the snapshot.  prune deletes\n"
+		"@GMT snapshots the SPEC does not keep (see 'nextfs snapshot\n"
+		"prune --help').\n");
 }
 
 int nx_cmd_snapshot(int argc, char **argv)
@@ -166,6 +164,8 @@ int nx_cmd_snapshot(int argc, char **argv)
 		snapshot_usage(sub ? stdout : stderr);
 		return sub ? 0 : NX_CLI_USAGE;
 	}
+	if (!strcmp(sub, "prune"))	/* options with values: its own parser */
+		return nx_cmd_snapshot_prune(argc - 1, argv + 1);
 	rc = nx_cli_parse(argc - 1, argv + 1, "snapshot", opts, args, 2, &n);
 	if (rc == NX_CLI_HELP) {
 		snapshot_usage(stdout);
@@ -178,11 +178,13 @@ int nx_cmd_snapshot(int argc, char **argv)
 		return NX_CLI_USAGE;
 	}
 	if (!strcmp(sub, "take") || !strcmp(sub, "delete")) {
-		if (n != 2 || format != LIST_TABLE) {
+		/* take without NAME: a timeline name (retention.h) */
+		if (n < 2 - !strcmp(sub, "take") || format != LIST_TABLE) {
 			snapshot_usage(stderr);
 			return NX_CLI_USAGE;
 		}
-		return take_or_delete(args[0], args[1], !strcmp(sub, "take"));
+		return take_or_delete(args[0], n == 2 ? args[1] : NULL,
+				      !strcmp(sub, "take"));
 	}
 	if (!strcmp(sub, "list")) {
 		if (n != 1) {

@@ -26,6 +26,7 @@
 #include <unistd.h>
 #include <fuse_opt.h>
 #include "nextfs/crc32c.h"
+#include "nextfs/retention.h"
 
 #define PROG "nextfs-fuse"
 
@@ -39,6 +40,8 @@ struct cli {
 	int have_fsname, have_subtype, have_default_permissions;
 	int fakeroot;			/* -o fakeroot: ours, not libfuse's */
 	char *read_ahead;		/* -o read_ahead_kb=N as given */
+	char *snapshot_every;		/* -o snapshot_every=DURATION */
+	char *snapshot_keep;		/* -o snapshot_keep=SPEC */
 };
 
 enum {
@@ -67,6 +70,8 @@ static const struct fuse_opt cli_opts[] = {
 	{ "read_ahead_kb=%s", offsetof(struct cli, read_ahead), 0 },
 	{ "fakeroot", offsetof(struct cli, fakeroot), 1 },
 	{ "ino32", offsetof(struct cli, ino32), 1 },
+	{ "snapshot_every=%s", offsetof(struct cli, snapshot_every), 0 },
+	{ "snapshot_keep=%s", offsetof(struct cli, snapshot_keep), 0 },
 	FUSE_OPT_END
 };
 
@@ -102,6 +107,13 @@ static void usage(FILE *f)
 "  -o ino32         inode numbers of snapshot files fit 32 bits, for old\n"
 "                   32-bit programs; they may then collide (see the man\n"
 "                   page); default: 64-bit numbers, never colliding\n"
+"  -o snapshot_every=DURATION  take a snapshot named @GMT-YYYY.MM.DD-\n"
+"                   HH.MM.SS (UTC) whenever the time is a multiple of\n"
+"                   DURATION (30s, 15m, 1h, 1d, ...)\n"
+"  -o snapshot_keep=SPEC  after each, delete the @GMT snapshots SPEC\n"
+"                   does not keep: last=N:hourly=N:daily=N:weekly=N:\n"
+"                   monthly=N:yearly=N, any of them (see nextfs(1),\n"
+"                   snapshot prune); other snapshots are never deleted\n"
 "  -h, --help       show this help and the FUSE options, then exit\n"
 "  -V, --version    show the version, then exit\n"
 "\n"
@@ -224,6 +236,43 @@ static int parse_read_ahead(const char *arg, unsigned *kb)
 	return 0;
 }
 
+/*
+ * -o snapshot_every / snapshot_keep: checked before anything touches the
+ * volume; one error line.  KEEP is set when *HAVE_KEEP.
+ */
+static int parse_timeline(const struct cli *c, unsigned *every,
+			  struct nx_keep_spec *keep, int *have_keep)
+{
+	char msg[256];
+
+	*every = 0;
+	*have_keep = 0;
+	if (c->snapshot_keep && !c->snapshot_every) {
+		fprintf(stderr, PROG ": snapshot_keep needs snapshot_every "
+			"(or prune with 'nextfs snapshot prune')\n");
+		return -1;
+	}
+	if (!c->snapshot_every)
+		return 0;
+	if (c->rdonly) {
+		fprintf(stderr, PROG ": snapshot_every needs a writable "
+			"mount (not -o ro)\n");
+		return -1;
+	}
+	if (nx_duration_parse(c->snapshot_every, every, msg, sizeof(msg))) {
+		fprintf(stderr, PROG ": snapshot_every: %s\n", msg);
+		return -1;
+	}
+	if (c->snapshot_keep) {
+		if (nx_keep_parse(c->snapshot_keep, keep, msg, sizeof(msg))) {
+			fprintf(stderr, PROG ": snapshot_keep: %s\n", msg);
+			return -1;
+		}
+		*have_keep = 1;
+	}
+	return 0;
+}
+
 /* Resolve PATH to an absolute path; one error line if it is unusable. */
 static char *checked_path(const char *path, int want_dir)
 {
@@ -323,10 +372,11 @@ int main(int argc, char *argv[])
 {
 	struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
 	struct nx_fuse_config cfg;
+	struct nx_keep_spec keep;
 	struct cli c;
 	char *device = NULL, *mountpoint = NULL;
-	unsigned read_ahead_kb;
-	int status = NX_EXIT_USAGE;
+	unsigned read_ahead_kb, every;
+	int status = NX_EXIT_USAGE, have_keep;
 
 	memset(&c, 0, sizeof(c));
 	c.blkdev = -1;
@@ -345,7 +395,8 @@ int main(int argc, char *argv[])
 		status = NX_EXIT_OK;
 		goto out;
 	}
-	if (parse_read_ahead(c.read_ahead, &read_ahead_kb) != 0)
+	if (parse_read_ahead(c.read_ahead, &read_ahead_kb) != 0 ||
+	    parse_timeline(&c, &every, &keep, &have_keep) != 0)
 		goto out;
 	if (!c.device || !c.mountpoint) {
 		fprintf(stderr, PROG ": missing %s (usage: " PROG " [-f] [-d] "
@@ -375,6 +426,8 @@ int main(int argc, char *argv[])
 	cfg.read_ahead_given = c.read_ahead != NULL;
 	cfg.fakeroot = c.fakeroot;
 	cfg.ino32 = c.ino32;
+	cfg.snapshot_every = every;
+	cfg.snapshot_keep = have_keep ? &keep : NULL;
 	cfg.args = &args;
 	status = nx_fuse_main(&cfg);
 out:
@@ -383,6 +436,8 @@ out:
 	free(c.device);
 	free(c.mountpoint);
 	free(c.read_ahead);
+	free(c.snapshot_every);
+	free(c.snapshot_keep);
 	fuse_opt_free_args(&args);
 	return status;
 }

@@ -63,6 +63,17 @@ static inline void invalidate_attrs(struct nx_fuse *fs, fuse_ino_t nodeid)
 }
 
 /*
+ * snap_ops.c: take or delete snapshot NAME of the live volume under its
+ * lock, as mkdir/rmdir in .snapshots do; then (without the lock)
+ * nx_fuse_snapdir_changed() tells the kernel that .snapshots changed and,
+ * for a snapshot deleted by us rather than by an rmdir (GONE), that its
+ * entry is gone.  The snapshot timer (timer.c) uses them.
+ */
+errcode_t nx_fuse_snap_take(struct nx_fuse *live, const char *name);
+errcode_t nx_fuse_snap_delete(struct nx_fuse *live, const char *name);
+void nx_fuse_snapdir_changed(struct nx_fuse *live, const char *gone);
+
+/*
  * fuse_ioctl.c: FS_IOC_GETFLAGS/SETFLAGS and FSGETXATTR/FSSETXATTR
  * (chattr, lsattr), FS_IOC_GETVERSION, and NX_IOC_GET_MTIME (nxioctl.h).
  * Anything else is ENOTTY.

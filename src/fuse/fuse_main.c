@@ -452,6 +452,11 @@ int nx_fuse_main(const struct nx_fuse_config *cfg)
 	if (nx_fuse_committer_start(&fs) != 0)
 		nx_err("cannot start the commit timer; changes become durable "
 		       "at fsync and unmount only");
+	if (cfg->snapshot_every &&
+	    nx_fuse_timer_start(&fs, cfg->snapshot_every,
+				cfg->snapshot_keep) != 0)
+		nx_err("cannot start the snapshot timer; no timed snapshots "
+		       "will be taken");
 	if (cfg->read_ahead_kb &&
 	    pthread_create(&ra_thread, NULL, read_ahead_thread,
 			   (void *)cfg) == 0)
@@ -459,6 +464,7 @@ int nx_fuse_main(const struct nx_fuse_config *cfg)
 	ret = run_loop(se, cfg->singlethread);
 	nx_holder_finishing(life.holder);
 	last_error[0] = 0;	/* only what goes wrong from here is news */
+	nx_fuse_timer_stop(&fs);
 	nx_fuse_committer_stop(&fs);
 	/*
 	 * An aborted connection (fusectl abort, umount -f) ends the session

@@ -278,14 +278,40 @@ static void reply_snapshot_root(fuse_req_t req, const char *name)
 	leave_view();
 }
 
-static void snapdir_mkdir(fuse_req_t req, const char *name)
+errcode_t nx_fuse_snap_take(struct nx_fuse *live, const char *name)
 {
-	struct nx_fuse *live = live_fs(req);
 	errcode_t err;
 
 	nx_volume_lock(live->vol);
 	err = nx_snap_take(live->vol, name, NULL);
 	nx_volume_unlock(live->vol);
+	return err;
+}
+
+errcode_t nx_fuse_snap_delete(struct nx_fuse *live, const char *name)
+{
+	errcode_t err;
+
+	nx_volume_lock(live->vol);
+	err = nx_snap_delete(live->vol, name);
+	nx_volume_unlock(live->vol);
+	return err;
+}
+
+void nx_fuse_snapdir_changed(struct nx_fuse *live, const char *gone)
+{
+	snapdir_changed(live);
+	/* Deleted behind the kernel's back: drop its cached entry. */
+	if (gone && live->se)
+		fuse_lowlevel_notify_inval_entry(live->se, NX_SNAPDIR_NODEID,
+						 gone, strlen(gone));
+}
+
+static void snapdir_mkdir(fuse_req_t req, const char *name)
+{
+	struct nx_fuse *live = live_fs(req);
+	errcode_t err = nx_fuse_snap_take(live, name);
+
 	if (err) {
 		fuse_reply_err(req, nx_errno(err));
 		return;
@@ -297,11 +323,8 @@ static void snapdir_mkdir(fuse_req_t req, const char *name)
 static void snapdir_rmdir(fuse_req_t req, const char *name)
 {
 	struct nx_fuse *live = live_fs(req);
-	errcode_t err;
+	errcode_t err = nx_fuse_snap_delete(live, name);
 
-	nx_volume_lock(live->vol);
-	err = nx_snap_delete(live->vol, name);
-	nx_volume_unlock(live->vol);
 	fuse_reply_err(req, nx_errno(err));
 	if (!err)
 		snapdir_changed(live);
@@ -453,6 +476,7 @@ static void s_destroy(void *userdata)
 {
 	struct nx_fuse *live = userdata;
 
+	nx_fuse_timer_stop(live);	/* it takes snapshots: first */
 	nx_fuse_committer_stop(live);
 	if (live->vol) {
 		nx_volume_lock(live->vol);

@@ -98,7 +98,8 @@ class CompletionTest(nx.NxTestCase):
             self.assertIn(c, cmds)
         self.assertEqual(self.nx('sn'), ['snapshot'])
         self.assertEqual(self.nx('--v'), ['--version'])
-        self.assertEqual(self.nx('snapshot', ''), ['take', 'delete', 'list'])
+        self.assertEqual(self.nx('snapshot', ''),
+                         ['take', 'delete', 'list', 'prune'])
         self.assertEqual(self.nx('snapshot', 'l'), ['list'])
 
     def test_options_of_each_command(self):
@@ -109,6 +110,10 @@ class CompletionTest(nx.NxTestCase):
         self.assertEqual(set(self.nx('snapshot', 'list', '--')),
                          {'--json', '--names0', '--help'})
         self.assertEqual(self.nx('snapshot', 'take', '-'), ['--help'])
+        self.assertEqual(set(self.nx('snapshot', 'prune', '--')),
+                         {'--keep', '--dry-run', '--json', '--help'})
+        self.assertEqual(self.nx('snapshot', 'prune', '--keep', 'da'),
+                         ['daily='])
         self.assertEqual(set(self.nx('restore', '-')),
                          {'-r', '--destroy-newer', '-v', '--help'})
         self.assertEqual(set(self.nx('export', '-')),
@@ -171,6 +176,8 @@ class CompletionTest(nx.NxTestCase):
         self.assertEqual(self.fuse_opts('-oro,read_'),
                          ['-oro,read_ahead_kb='])
         self.assertEqual(self.fuse_opts('-o', 'fake'), ['fakeroot'])
+        self.assertEqual(self.fuse_opts('-o', 'snapshot_'),
+                         ['snapshot_every=', 'snapshot_keep='])
         # COMP_WORDS splits at "=": bash replaces only the text after it
         self.assertEqual(
             self.fuse_opts('-o', 'fsname', '=', 'x,read_',
