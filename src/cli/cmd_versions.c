@@ -70,7 +70,7 @@ static void versions_usage(FILE *out)
 {
 	fprintf(out,
 		"usage: nextfs versions [--json] PATH\n"
-		"       nextfs versions PATH --restore NAME [--to DEST]\n"
+		"       nextfs versions PATH [--restore NAME [--to DEST]]\n"
 		"\n"
 		"List the distinct versions of PATH (a file, symlink or directory\n"
 		"on a nextfs-fuse mount; it may be gone from the live tree) in the\n"
