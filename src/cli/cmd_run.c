@@ -89,18 +89,18 @@ static int take_synced(const char *target, const char *name,
 static void make_stem(char *buf, size_t size, const struct tm *tm,
 		      const char *cmd, int seq)
 {
-	const char *base = strrchr(cmd, '/');
-	char when[32];
-	size_t len;
+	const char *slash = strrchr(cmd, '/');
+	char when[32], base[RUN_CMD_MAX + 1], *p;
 
-	base = base && base[1] ? base + 1 : cmd;
-	len = strnlen(base, RUN_CMD_MAX);
+	snprintf(base, sizeof(base), "%s", slash && slash[1] ? slash + 1 : cmd);
+	for (p = base; *p; p++)
+		if (*p == '/')
+			*p = '_';	/* "dir/": no '/' in a name */
 	strftime(when, sizeof(when), "%Y%m%d-%H%M%S", tm);
 	if (seq > 1)
-		snprintf(buf, size, "run-%s-%.*s.%d", when, (int)len, base,
-			 seq);
+		snprintf(buf, size, "run-%s-%s.%d", when, base, seq);
 	else
-		snprintf(buf, size, "run-%s-%.*s", when, (int)len, base);
+		snprintf(buf, size, "run-%s-%s", when, base);
 }
 
 /* Take the pre snapshot under a fresh stem (another run in the same
