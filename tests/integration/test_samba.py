@@ -5,10 +5,10 @@ Serves a nextfs mount with a real smbd on a loopback port, with the share
 definition docs/samba.md gives (read from there, so the documented share
 is the tested one) and a private configuration: its lock, state, cache,
 pid and private directories in the test's work directory, nothing under
-/etc or /var touched.  Two @GMT-named snapshots hold two versions of a
-file; smbclient's allinfo must list both @GMT versions and
-get "@GMT-...\\FILE" must return the old content; a snapshot with another
-name is not offered.
+/etc or /var touched.  Two unnamed takes ("nextfs snapshot take MNT",
+named @GMT-... after the time) hold two versions of a file; smbclient's
+allinfo must list both @GMT versions and get "@GMT-...\\FILE" must return
+the old content; a snapshot with another name is not offered.
 
 Skipped where smbd cannot run: smbd, smbclient or the shadow_copy2 module
 (packages samba, smbclient, samba-vfs-modules) missing, or not root
@@ -30,8 +30,15 @@ from nxharness import write_file
 
 DOC = os.path.join(nx.SRCROOT, 'docs', 'samba.md')
 DOC_MNT = '/srv/nextfs'
-OLD = '@GMT-2026.01.01-10.00.00'
-NEW = '@GMT-2026.01.02-10.00.00'
+
+
+def take_unnamed(m):
+    """nextfs snapshot take MNT: the @GMT name it printed."""
+    name = nx.run([nx.tool_path(), 'snapshot', 'take', m.path],
+                  stderr=subprocess.PIPE).stdout.strip()
+    if not re.fullmatch(r'@GMT-\d{4}\.\d\d\.\d\d-\d\d\.\d\d\.\d\d', name):
+        raise AssertionError('not a @GMT name: %r' % name)
+    return name
 
 
 def documented_share(mnt):
@@ -178,9 +185,9 @@ class SambaTest(nx.NxTestCase):
             self.assertIn('allow_other', open('/proc/self/mountinfo')
                           .read().split(m.path, 1)[1].split('\n', 1)[0])
             write_file(m.p('report.txt'), b'first draft\n')
-            os.mkdir(m.p('.snapshots', OLD))
+            old = take_unnamed(m)
             write_file(m.p('report.txt'), b'second draft, longer\n')
-            os.mkdir(m.p('.snapshots', NEW))
+            new = take_unnamed(m)
             os.mkdir(m.p('.snapshots', 'monday'))
             write_file(m.p('report.txt'), b'live\n')
             sd = os.path.join(self.work, 'samba')
@@ -190,11 +197,12 @@ class SambaTest(nx.NxTestCase):
                 smbd.start()
                 info = smbd.client('allinfo report.txt')
                 versions = re.findall(r'^(@GMT-[\d.-]+)$', info, re.M)
-                self.assertEqual(sorted(versions), [OLD, NEW], info)
-                smbd.client('get "%s\\report.txt" old.txt' % OLD)
+                self.assertEqual(sorted(versions), [old, new], info)
+                self.assertNotIn('monday', info)
+                smbd.client('get "%s\\report.txt" old.txt' % old)
                 with open(os.path.join(sd, 'old.txt'), 'rb') as f:
                     self.assertEqual(f.read(), b'first draft\n')
-                smbd.client('get "%s\\report.txt" new.txt' % NEW)
+                smbd.client('get "%s\\report.txt" new.txt' % new)
                 with open(os.path.join(sd, 'new.txt'), 'rb') as f:
                     self.assertEqual(f.read(), b'second draft, longer\n')
                 smbd.client('get report.txt live.txt')
