@@ -103,8 +103,10 @@ static void make_stem(char *buf, size_t size, const struct tm *tm,
 		snprintf(buf, size, "run-%s-%s", when, base);
 }
 
-/* Take the pre snapshot under a fresh stem (another run in the same
- * second gets .2, .3, ...). */
+/*
+ * Take the pre snapshot under a fresh stem (another run in the same
+ * second gets .2, .3, ...).
+ */
 static int take_pre(const char *target, const char *cmd, char *stem,
 		    size_t size)
 {
@@ -134,9 +136,9 @@ static void say_taken(const char *what, const char *name)
 
 /*
  * Run ARGV; its status as the shell reports it (*SIGNO: the signal that
- * ended it, or 0).  While it runs, Ctrl-C
- * and Ctrl-\ reach the command only (as with system(3)), so that the
- * post snapshot is still taken after it is interrupted.
+ * ended it, or 0).  While it runs, Ctrl-C and Ctrl-\ reach the command
+ * only (as with system(3)), so that the post snapshot is still taken
+ * after it is interrupted.
  */
 static int run_command(char **argv, int *signo)
 {

@@ -280,9 +280,7 @@ static void print_text(const struct history *h)
 	}
 	for (i = 0; i < h->snaps.n; i++)
 		if (!h->occ[i].st.st_mode) {
-			fputs(absent++ ? " " : "absent from:", stdout);
-			if (absent == 1)
-				putchar(' ');
+			fputs(absent++ ? " " : "absent from: ", stdout);
 			nx_out_print_quoted(stdout, h->snaps.s[i].name);
 		}
 	if (absent)
