@@ -75,8 +75,8 @@ _nextfs_commands()
 }
 
 # The options of "nextfs CMD [SUB]": the bracketed ones of its usage
-# lines ("[-r|--repair]" gives -r and --repair) and the required ones
-# with a value ("--keep SPEC"), plus --help.
+# lines ("[-r|--repair]" gives -r and --repair, "[--to DEST]" --to) and
+# the required ones with a value ("--keep SPEC"), plus --help.
 _nextfs_options()
 {
 	local cmd=$1 sub=$2
@@ -84,7 +84,7 @@ _nextfs_options()
 		sed -n '/^usage:/,/^$/p' |
 		{ if [[ $sub ]]; then grep -E " $cmd $sub( |$)"; else cat; fi; } |
 		grep -oE '\[-[^]]*\]| --[a-z][a-z0-9-]* [A-Z]' |
-		sed 's/^ //; s/ [A-Z]$//' | tr -d '[]' | tr '|' '\n' |
+		sed 's/^ //; s/ [A-Z]$//' | tr -d '[]' | tr '| ' '\n\n' |
 		grep -E '^--?[A-Za-z][A-Za-z0-9-]*$'
 	echo --help
 }
@@ -92,7 +92,8 @@ _nextfs_options()
 # What the positional arguments of "CMD [SUB]" are, in order: target (an
 # image, a device or a mount point), image, dir, snap (an existing
 # snapshot name), new (a name to make up: nothing to offer), out (a file or
-# "-").  Unknown commands complete files.
+# "-"), cmd (a command) and rest (files, for every further argument).
+# Unknown commands complete files.
 _nextfs_arg_kinds()
 {
 	case "$1" in
@@ -100,6 +101,8 @@ _nextfs_arg_kinds()
 	"snapshot delete")	echo target snap ;;
 	"snapshot list")	echo target ;;
 	"snapshot prune")	echo target ;;
+	"snapshot run")		echo target cmd rest ;;
+	versions)		echo target ;;
 	check|info)		echo image ;;
 	export)			echo image snap out ;;
 	diff)			echo target snap snap ;;
@@ -144,6 +147,9 @@ _nextfs()
 			ddash=1
 		elif ((!ddash)) && [[ $w == --keep ]]; then
 			((i++))		# its SPEC is no positional argument
+		elif ((!ddash)) && [[ $cmd == versions ]] &&
+			[[ $w == --restore || $w == --to ]]; then
+			((i++))		# its value
 		elif ((ddash)) || [[ $w != -?* ]]; then
 			args+=("$w")
 		fi
@@ -151,7 +157,7 @@ _nextfs()
 	if [[ $cmd == snapshot ]]; then
 		if ((${#args[@]} == 0)); then
 			[[ $cur == -* ]] ||
-				COMPREPLY=($(compgen -W 'take delete list prune' \
+				COMPREPLY=($(compgen -W 'take delete list prune run' \
 					-- "$cur"))
 			[[ $cur == -* ]] &&
 				COMPREPLY=($(compgen -W '--help' -- "$cur"))
@@ -167,6 +173,19 @@ _nextfs()
 		compopt -o nospace 2>/dev/null
 		return
 	fi
+	# versions PATH --restore NAME --to DEST: the snapshots of PATH's mount
+	if [[ $cmd == versions ]] && ((!ddash)); then
+		case ${COMP_WORDS[COMP_CWORD - 1]} in
+		--restore)
+			local where=${args[0]:-.}
+			[[ -d $where ]] || where=$(dirname -- "$where")
+			_nextfs_complete_names "$where" "$cur"
+			return ;;
+		--to)
+			_nextfs_complete_files "" "$cur"
+			return ;;
+		esac
+	fi
 	if ((!ddash)) && [[ $cur == -* ]]; then
 		COMPREPLY=($(compgen -W "$(_nextfs_options "$cmd" "$sub")" \
 			-- "$cur"))
@@ -174,8 +193,11 @@ _nextfs()
 	fi
 	kinds=($(_nextfs_arg_kinds "$cmd${sub:+ $sub}"))
 	kind=${kinds[${#args[@]}]}
+	((${#kinds[@]})) && [[ -z $kind && ${kinds[-1]} == rest ]] &&
+		kind=rest
 	case $kind in
-	target|image|out)	_nextfs_complete_files "" "$cur" ;;
+	target|image|out|rest)	_nextfs_complete_files "" "$cur" ;;
+	cmd)			COMPREPLY=($(compgen -c -- "$cur")) ;;
 	dir)			_nextfs_complete_files -d "$cur" ;;
 	snap)			_nextfs_complete_names "${args[0]}" "$cur" ;;
 	esac

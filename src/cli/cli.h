@@ -45,6 +45,8 @@ int nx_cli_parse(int argc, char **argv, const char *cmd,
 int nx_cmd_snapshot(int argc, char **argv);
 /* "snapshot prune" (cmd_prune.c); ARGV[0] is "prune". */
 int nx_cmd_snapshot_prune(int argc, char **argv);
+int nx_cmd_snapshot_run(int argc, char **argv);	/* cmd_run.c */
+int nx_cmd_versions(int argc, char **argv);	/* cmd_versions.c */
 int nx_cmd_check(int argc, char **argv);
 int nx_cmd_export(int argc, char **argv);
 int nx_cmd_diff(int argc, char **argv);
@@ -77,6 +79,12 @@ int nx_cli_is_dir(const char *path);
 int nx_cli_mount_snapshots(const char *mnt, struct nx_snapinfo **list,
 			   int *count, unsigned *blocksize);
 int nx_cli_mount_volinfo(const char *mnt, struct nx_ioc_volinfo *vi);
+/*
+ * The FUSE mount PATH is on (*MNT) and PATH below it (*REL: "" for the
+ * mountpoint, else "/a/b"); the last component of PATH is not followed.
+ * Both malloced.
+ */
+int nx_cli_mount_of_path(const char *path, char **mnt, char **rel);
 /* Where IMAGE (a file or block device) is mounted by FUSE (malloced). */
 char *nx_cli_find_mount(const char *image);
 /*
@@ -101,6 +109,13 @@ struct nx_cli_target {
 int nx_cli_flush_mount(const char *mnt);
 errcode_t nx_cli_take(void *target, const char *name);
 errcode_t nx_cli_delete(struct nx_cli_target *t, const char *name);
+
+/*
+ * compare.c - 1 when the regular files (symlinks) A and B differ in
+ * content (target) or cannot be read, else 0.
+ */
+int nx_cli_files_differ(const char *a, const char *b);
+int nx_cli_links_differ(const char *a, const char *b);
 
 /*
  * snaplist.c - the snapshots of a target, as "snapshot list" and "info"

@@ -334,33 +334,6 @@ static int walk_tree(struct mdiff *md, int s, char *full, size_t flen,
 	return md->err ? -1 : 0;
 }
 
-static int files_differ(const char *a, const char *b)
-{
-	char ba[65536], bb[65536];
-	int fa = open(a, O_RDONLY | O_CLOEXEC), fb = open(b, O_RDONLY |
-							    O_CLOEXEC);
-	int differs = 1;
-
-	if (fa < 0 || fb < 0)
-		goto out;
-	for (;;) {
-		ssize_t na = read(fa, ba, sizeof(ba)), nb = read(fb, bb,
-							       sizeof(bb));
-
-		if (na < 0 || nb < 0 || na != nb || memcmp(ba, bb, na))
-			goto out;
-		if (!na)
-			break;
-	}
-	differs = 0;
-out:
-	if (fa >= 0)
-		close(fa);
-	if (fb >= 0)
-		close(fb);
-	return differs;
-}
-
 static int xattrs_differ(const char *a, const char *b)
 {
 	char la[65536], lb[65536], va[65536], vb[65536];
@@ -382,15 +355,6 @@ static int xattrs_differ(const char *a, const char *b)
 	return 0;
 }
 
-static int links_differ(const char *a, const char *b)
-{
-	char ta[PATH_MAX], tb[PATH_MAX];
-	ssize_t na = readlink(a, ta, sizeof(ta)), nb = readlink(b, tb,
-								sizeof(tb));
-
-	return na != nb || (na > 0 && memcmp(ta, tb, na));
-}
-
 static int mrec_modified(struct mrec *r)
 {
 	const struct stat *a = &r->st[0], *b = &r->st[1];
@@ -405,9 +369,9 @@ static int mrec_modified(struct mrec *r)
 	if (a->st_ctim.tv_sec == b->st_ctim.tv_sec &&
 	    a->st_ctim.tv_nsec == b->st_ctim.tv_nsec)
 		return 0;
-	if (S_ISLNK(a->st_mode) && links_differ(r->any[0], r->any[1]))
+	if (S_ISLNK(a->st_mode) && nx_cli_links_differ(r->any[0], r->any[1]))
 		return 1;
-	if (S_ISREG(a->st_mode) && files_differ(r->any[0], r->any[1]))
+	if (S_ISREG(a->st_mode) && nx_cli_files_differ(r->any[0], r->any[1]))
 		return 1;
 	return xattrs_differ(r->any[0], r->any[1]);
 }

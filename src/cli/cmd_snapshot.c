@@ -131,6 +131,7 @@ static void snapshot_usage(FILE *out)
 		"       nextfs snapshot list [--json|--names0] IMAGE_OR_MOUNTPOINT\n"
 		"       nextfs snapshot prune IMAGE_OR_MOUNTPOINT --keep SPEC "
 		"[--dry-run] [--json]\n"
+		"       nextfs snapshot run IMAGE_OR_MOUNTPOINT [--] COMMAND [ARGS...]\n"
 		"\n"
 		"Take, delete or list snapshots of an unmounted ext2/3/4 image\n"
 		"or device, or of a volume mounted with nextfs-fuse (through\n"
@@ -146,7 +147,8 @@ static void snapshot_usage(FILE *out)
 		"mount first flushes it (syncfs), so that data written through\n"
 		"mmap and not yet msync'ed is in the snapshot.  prune deletes\n"
 		"@GMT snapshots the SPEC does not keep (see 'nextfs snapshot\n"
-		"prune --help').\n");
+		"prune --help').  run takes a snapshot before and after\n"
+		"COMMAND ('nextfs snapshot run --help').\n");
 }
 
 int nx_cmd_snapshot(int argc, char **argv)
@@ -166,6 +168,8 @@ int nx_cmd_snapshot(int argc, char **argv)
 	}
 	if (!strcmp(sub, "prune"))	/* options with values: its own parser */
 		return nx_cmd_snapshot_prune(argc - 1, argv + 1);
+	if (!strcmp(sub, "run"))	/* its own command line: cmd_run.c */
+		return nx_cmd_snapshot_run(argc - 1, argv + 1);
 	rc = nx_cli_parse(argc - 1, argv + 1, "snapshot", opts, args, 2, &n);
 	if (rc == NX_CLI_HELP) {
 		snapshot_usage(stdout);

@@ -237,3 +237,91 @@ int nx_cli_open_target(const char *target, int flags, struct nx_volume **vol,
 	}
 	return NX_CLI_OK;
 }
+
+/*
+ * Where PATH is: its directory resolved (the last component itself is
+ * not followed, so a symlink's history is the symlink's), then the
+ * FUSE mount whose mountpoint is the longest prefix of that.
+ */
+static char *resolve_keep_last(const char *path)
+{
+	char *copy = strdup(path), *slash, *dir, *out = NULL;
+	const char *base;
+
+	if (!copy)
+		return NULL;
+	while (strlen(copy) > 1 && copy[strlen(copy) - 1] == '/')
+		copy[strlen(copy) - 1] = 0;
+	slash = strrchr(copy, '/');
+	base = slash ? slash + 1 : copy;
+	if (!*base || !strcmp(base, ".") || !strcmp(base, "..")) {
+		out = realpath(copy, NULL);	/* a directory */
+	} else {
+		if (slash == copy)
+			dir = realpath("/", NULL);
+		else if (slash) {
+			*slash = 0;
+			dir = realpath(copy, NULL);
+		} else {
+			dir = realpath(".", NULL);
+		}
+		if (dir && asprintf(&out, "%s%s%s", dir,
+				    strcmp(dir, "/") ? "/" : "", base) < 0)
+			out = NULL;
+		free(dir);
+	}
+	free(copy);
+	return out;
+}
+
+/* Is MNT PATH itself or a directory above it? */
+static int is_below(const char *path, const char *mnt)
+{
+	size_t n = strlen(mnt);
+
+	if (!strcmp(mnt, "/"))
+		return 1;
+	return !strncmp(path, mnt, n) && (path[n] == '/' || !path[n]);
+}
+
+int nx_cli_mount_of_path(const char *path, char **mnt, char **rel)
+{
+	FILE *f = fopen("/proc/self/mountinfo", "re");
+	char *line = NULL, *full = resolve_keep_last(path), *m, *type, *src;
+	size_t cap = 0, best = 0;
+	int fuse = 0;
+
+	*mnt = *rel = NULL;
+	if (!full || !f) {
+		nx_cli_error("%s: %s", path, strerror(errno));
+		goto out;
+	}
+	while (getline(&line, &cap, f) > 0) {
+		if (!parse_mountinfo(line, &m, &type, &src))
+			continue;
+		unescape_mountinfo(m);
+		if (!is_below(full, m) || strlen(m) < best)
+			continue;
+		/* the later of two mounts on one place is the visible one */
+		best = strlen(m);
+		free(*mnt);
+		*mnt = strdup(m);
+		fuse = !strncmp(type, "fuse", 4);
+	}
+	if (!*mnt || !fuse) {
+		nx_cli_error("%s is not on a nextfs mount", path);
+		goto out;
+	}
+	*rel = strdup(full + (strcmp(*mnt, "/") ? strlen(*mnt) : 0));
+out:
+	free(line);
+	free(full);
+	if (f)
+		fclose(f);
+	if (*mnt && !*rel) {
+		free(*mnt);
+		*mnt = NULL;
+		return NX_CLI_FAIL;
+	}
+	return *mnt ? NX_CLI_OK : NX_CLI_FAIL;
+}

@@ -102,7 +102,10 @@ static void usage(FILE *out)
 		"\n"
 		"Commands:\n"
 		"  snapshot take|delete|list|prune  manage snapshots of an image\n"
-		"                              or a nextfs-fuse mountpoint\n"
+		"                              or a nextfs-fuse mountpoint; 'snapshot\n"
+		"                              run MNT -- CMD': before and after CMD\n"
+		"  versions PATH               a file's versions in the snapshots;\n"
+		"                              --restore NAME gets one back\n"
 		"  check IMAGE                 snapshot-aware consistency check\n"
 		"  export IMAGE NAME OUT       write a snapshot as a standalone image\n"
 		"  diff IMAGE_OR_MNT OLD [NEW] list what changed between snapshots\n"
@@ -140,6 +143,8 @@ int main(int argc, char **argv)
 	}
 	if (!strcmp(argv[1], "snapshot"))
 		return nx_cmd_snapshot(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "versions"))
+		return nx_cmd_versions(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "check"))
 		return nx_cmd_check(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "export"))

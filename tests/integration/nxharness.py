@@ -845,6 +845,17 @@ class NxTestCase(unittest.TestCase):
         return make_image(os.path.join(self.work, name),
                           flavour or self.flavour, size, extra)
 
+    def make_user_image(self, uid, gid, size='64M'):
+        """(image, directory): an image the user owns, its root directory
+        theirs, in a directory of theirs (the workdir of their mount)."""
+        udir = os.path.join(self.work, 'user%d' % uid)
+        os.mkdir(udir, 0o755)
+        os.chown(udir, uid, gid)
+        img = self.make_image(size, name=os.path.join(udir, 'fs.img'),
+                              extra=['-E', 'root_owner=%d:%d' % (uid, gid)])
+        os.chown(img, uid, gid)
+        return img, udir
+
     def mounted(self, image, **kw):
         kw.setdefault('workdir', self.work)
         return mounted(image, **kw)

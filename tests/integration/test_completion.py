@@ -99,7 +99,8 @@ class CompletionTest(nx.NxTestCase):
         self.assertEqual(self.nx('sn'), ['snapshot'])
         self.assertEqual(self.nx('--v'), ['--version'])
         self.assertEqual(self.nx('snapshot', ''),
-                         ['take', 'delete', 'list', 'prune'])
+                         ['take', 'delete', 'list', 'prune',
+                          'run'])
         self.assertEqual(self.nx('snapshot', 'l'), ['list'])
 
     def test_options_of_each_command(self):
@@ -118,6 +119,17 @@ class CompletionTest(nx.NxTestCase):
                          {'-r', '--destroy-newer', '-v', '--help'})
         self.assertEqual(set(self.nx('export', '-')),
                          {'-f', '--force', '--help'})
+        self.assertEqual(set(self.nx('versions', '-')),
+                         {'--json', '--restore', '--to', '--help'})
+        # snapshot run MNT -- COMMAND ARGS: a command, then files
+        self.assertIn('true', self.nx('snapshot', 'run', self.work, '--',
+                                      'tru'))
+        self.assertEqual(self.nx('snapshot', 'run', self.work, '--', 'ls',
+                                 os.path.join(self.work, 'no')), [])
+        nx.write_file(os.path.join(self.work, 'notes'), b'')
+        self.assertEqual(self.nx('snapshot', 'run', self.work, '--', 'ls',
+                                 os.path.join(self.work, 'no')),
+                         [os.path.join(self.work, 'notes')])
 
     def test_files_where_an_image_goes(self):
         img = self.make_image(size='8M', name='disk one.img')
@@ -158,6 +170,13 @@ class CompletionTest(nx.NxTestCase):
                 self.assertEqual(self.shell_words(got), names)
                 got = self.nx('diff', m.path, 'w')
                 self.assertEqual(self.shell_words(got), ['with space'])
+                # versions FILE --restore: the snapshots of FILE's mount
+                nx.write_file(m.p('f'), b'x')
+                got = self.nx('versions', m.p('f'), '--restore', 'q')
+                self.assertEqual(self.shell_words(got), ['q"uote'])
+                got = self.nx('versions', m.p('f'), '--restore', 'first',
+                              '--to', m.p('f'))
+                self.assertEqual(got, [m.p('f')])
             finally:
                 # (no snapshot left: e2fsck -fn checks the image after)
                 for n in os.listdir(m.p('.snapshots')):

@@ -88,12 +88,7 @@ class UnprivilegedTest(nx.NxTestCase):
                           'chmod 0666 /dev/fuse to run this test' % e)
 
     def test_mount_work_unmount_as_nobody(self):
-        udir = os.path.join(self.work, 'nobody')
-        os.mkdir(udir, 0o755)
-        os.chown(udir, UID, GID)
-        img = self.make_image(name='nobody/fs.img',
-                              extra=['-E', 'root_owner=%d:%d' % (UID, GID)])
-        os.chown(img, UID, GID)
+        img, udir = self.make_user_image(UID, GID)
         os.chmod(img, 0o600)
         with self.mounted(img, user=(UID, GID), workdir=udir) as m:
             with open('/proc/%d/status' % m.proc.pid) as f:
