@@ -238,7 +238,7 @@ class FstabTest(nx.NxTestCase):
         mnt = self.mountpoint('mnt')
         ro = self.mountpoint('ro')
         self.write_fstab((dev, mnt, 'nextfs', 'nofail,x-systemd.'
-                          'device-timeout=5s', '0', '2'),
+                          'device-timeout=5s', '0', '0'),
                          (dev, ro, 'fuse.nextfs', 'noauto,ro,noblkdev',
                           '0', '0'))
         with nx.environment(NEXTFS_FAULTS=SLOW):
