@@ -52,6 +52,11 @@ def enter_private_namespace():
         if not shutil.which(prog):
             print('SKIP: %s is not installed' % prog, file=sys.stderr)
             sys.exit(nx.SKIP_EXIT)
+    p = nx.run(['unshare', '--mount', 'true'], check=False)
+    if p.returncode != 0:
+        print('SKIP: no private mount namespace here: %s' % p.stdout.strip(),
+              file=sys.stderr)
+        sys.exit(nx.SKIP_EXIT)
     env = dict(os.environ, **{IN_NAMESPACE: '1'})
     p = subprocess.run(['unshare', '--mount', '--propagation', 'private',
                         sys.executable] + sys.argv, env=env)
@@ -130,6 +135,9 @@ class FstabTest(nx.NxTestCase):
 
     def setUp(self):
         super().setUp()
+        if nx.backend() != 'nextfs':
+            self.skipTest('tests the nextfs mount helpers, not the %s '
+                          'backend' % nx.backend())
         self.fstab = os.path.join(self.work, 'fstab')
         self.loops = []
 
