@@ -53,6 +53,8 @@ int nx_cmd_diff(int argc, char **argv);
 int nx_cmd_restore(int argc, char **argv);
 int nx_cmd_info(int argc, char **argv);
 int nx_cmd_umount(int argc, char **argv);
+/* mount(8)'s helper: nextfs called as mount.nextfs (mount_helper.c). */
+int nx_mount_helper(int argc, char **argv);
 
 /* progress.c: a progress bar on stderr when it is a terminal. */
 struct nx_progress;

@@ -15,8 +15,9 @@
  * Without a channel (a daemon that already died, or one in another
  * network namespace) we wait for the volume lock of the mount's source.
  *
- * As an umount helper (/sbin/umount.fuse.nextfs and umount.fuseblk.nextfs
- * may simply run 'nextfs umount "$@"'): umount(8) calls helpers as
+ * As an umount helper (/sbin/umount.nextfs, umount.fuse.nextfs and
+ * umount.fuseblk.nextfs are links to nextfs: nextfs.c; mount_helper.c says
+ * why umount(8) finds them): umount(8) calls helpers as
  * "HELPER MOUNTPOINT [-flnrv] [-t TYPE]"; -n, -v and -t TYPE are accepted
  * here, and the unmount itself never goes through umount(8), so a helper
  * cannot call itself.
@@ -64,9 +65,10 @@ static void usage(FILE *out)
 		"Unmount a nextfs-fuse mount and wait until the daemon has\n"
 		"written everything back and released the volume, so that the\n"
 		"next command (e2fsck, cp, losetup -d, another mount) finds it\n"
-		"complete and free.  Plain 'fusermount3 -u' and 'umount' return\n"
-		"before that.  As root it unmounts with umount(2), otherwise\n"
-		"with fusermount3 -u.\n"
+		"complete and free.  Plain 'fusermount3 -u' returns before\n"
+		"that.  As root it unmounts with umount(2), otherwise with\n"
+		"fusermount3 -u.  umount(8) runs it for mounts made through\n"
+		"mount(8) (it is /sbin/umount.nextfs).\n"
 		"\n"
 		"  -v       say what happens\n"
 		"  -n, -t TYPE  accepted and ignored (umount helper arguments)\n"

@@ -125,8 +125,30 @@ static void usage(FILE *out)
 		"e2fsck -fn IMAGE' checks the final image.\n");
 }
 
+/*
+ * Called through a link as mount(8)'s or umount(8)'s helper
+ * (/sbin/mount.nextfs, /sbin/umount.fuse.nextfs, ...: meson.build)?
+ */
+static int run_as_helper(int argc, char **argv, int *status)
+{
+	const char *name = strrchr(argv[0], '/');
+
+	name = name ? name + 1 : argv[0];
+	if (!strncmp(name, "mount.", 6))
+		*status = nx_mount_helper(argc, argv);
+	else if (!strncmp(name, "umount.", 7))
+		*status = nx_cmd_umount(argc, argv);
+	else
+		return 0;
+	return 1;
+}
+
 int main(int argc, char **argv)
 {
+	int status;
+
+	if (argc > 0 && run_as_helper(argc, argv, &status))
+		return status;
 	if (argc < 2) {
 		usage(stderr);
 		return NX_CLI_USAGE;

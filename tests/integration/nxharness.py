@@ -181,6 +181,32 @@ def fsck(image):
     return p.returncode, p.stdout
 
 
+def volume_locked(path):
+    """Does someone hold the volume lock of PATH (nextfs's flock)?"""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return False
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
+
+
+def needs_recovery(image):
+    """Is the journal of IMAGE waiting to be replayed?"""
+    out = run([DEBUGFS, '-R', 'features', image], check=False).stdout
+    return 'needs_recovery' in out
+
+
+def fill_volume(path, files=100, mib=4):
+    """Many small files and a big one: something to write back."""
+    os.mkdir(os.path.join(path, 'many'))
+    for i in range(files):
+        write_file(os.path.join(path, 'many', 'f%d' % i), b'%d\n' % i)
+    write_file(os.path.join(path, 'big'), pattern(mib << 20))
+
+
 def debugfs(image, request):
     """Output of a read-only debugfs request on IMAGE."""
     p = run([DEBUGFS, '-R', request, image], check=False,

@@ -32,21 +32,8 @@ import unittest
 import nxharness as nx
 
 
-def locked(path):
-    """Does someone hold the volume lock of PATH (nextfs's flock)?"""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return False
-    except OSError:
-        return True
-    finally:
-        os.close(fd)
-
-
-def needs_recovery(image):
-    out = nx.run([nx.DEBUGFS, '-R', 'features', image], check=False).stdout
-    return 'needs_recovery' in out
+locked = nx.volume_locked
+needs_recovery = nx.needs_recovery
 
 
 def nextfs(*args, check=None):
@@ -58,11 +45,7 @@ def nextfs(*args, check=None):
     return p
 
 
-def fill(path, files=100, mib=4):
-    os.mkdir(os.path.join(path, 'many'))
-    for i in range(files):
-        nx.write_file(os.path.join(path, 'many', 'f%d' % i), b'%d\n' % i)
-    nx.write_file(os.path.join(path, 'big'), nx.pattern(mib << 20))
+fill = nx.fill_volume
 
 
 # A disk slow enough that writing back takes a while (every sync 0.15 s),

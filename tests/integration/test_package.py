@@ -2,10 +2,13 @@
 """The Debian package: build it from this source tree with
 "dpkg-buildpackage -us -uc -b" (in a copy, in a temporary directory),
 install it with "dpkg -i" into this machine, use the installed programs
-(mount an image with /usr/bin/nextfs-fuse, take a snapshot through the
-mount with /usr/bin/nextfs, unmount, check), then purge it ("dpkg -P")
-and check that none of its files is left.  The package is purged even if
-the test fails.
+(mount an image from an fstab line of type nextfs with "mount -T FSTAB",
+i.e. through /sbin/mount.nextfs and /usr/bin/nextfs-fuse, take a
+snapshot through the mount with /usr/bin/nextfs, unmount with umount(8),
+which waits through /sbin/umount.nextfs, check), then purge it ("dpkg
+-P") and check that none of its files is left.  The package is purged
+even if the test fails; /etc/fstab and /run/mount/utab are never touched
+(an fstab of its own, LIBMOUNT_UTAB).
 
 Skipped, with the reason, when the machine cannot do it: not root (dpkg
 -i), dpkg-buildpackage or a build dependency missing (.ci/run installs
@@ -25,8 +28,11 @@ import nxharness as nx
 
 PACKAGE = 'nextfs'
 BINARIES = ('/usr/bin/nextfs', '/usr/bin/nextfs-fuse')
-# What the package must hold (it may hold more, e.g. mount helpers).
-REQUIRED = BINARIES + (
+HELPERS = ('/sbin/mount.nextfs', '/sbin/mount.fuse.nextfs',
+           '/sbin/umount.nextfs', '/sbin/umount.fuse.nextfs',
+           '/sbin/umount.fuseblk.nextfs')
+# What the package must hold (it may hold more).
+REQUIRED = BINARIES + HELPERS + (
     '/usr/share/man/man1/nextfs.1.gz',
     '/usr/share/man/man1/nextfs-fuse.1.gz',
     '/usr/share/bash-completion/completions/nextfs',
@@ -107,7 +113,7 @@ class PackageTest(nx.NxTestCase):
             self.skipTest('a %s package (%s) is installed: the test would '
                           'replace and purge it' %
                           (PACKAGE, installed_version()))
-        for f in BINARIES:
+        for f in BINARIES + HELPERS:
             if os.path.lexists(f):
                 self.skipTest('%s exists (not from a package): the test '
                               'would replace it' % f)
@@ -157,27 +163,53 @@ class PackageTest(nx.NxTestCase):
             self.assertEqual(out, '%s %s' % (os.path.basename(prog),
                                              self.version))
         img = self.make_image(size='32M')
-        with nx.environment(NEXTFS_FUSE='/usr/bin/nextfs-fuse'):
-            with self.mounted(img, check=False) as m:
-                with open('/proc/%d/cmdline' % m.proc.pid, 'rb') as f:
-                    self.assertEqual(f.read().split(b'\0')[0],
-                                     b'/usr/bin/nextfs-fuse')
-                nx.write_file(m.p('notes.txt'), b'version 1\n')
-                nx.run(['/usr/bin/nextfs', 'snapshot', 'take', m.path,
-                        'monday'])
-                nx.write_file(m.p('notes.txt'), b'version 2\n')
-                self.assertEqual(nx.read_file(m.p('.snapshots', 'monday',
-                                                  'notes.txt')),
-                                 b'version 1\n')
-                listed = json.loads(nx.run(['/usr/bin/nextfs', 'snapshot',
-                                            'list', '--json',
-                                            m.path]).stdout)
-                self.assertEqual([s['name'] for s in listed], ['monday'])
+        mnt = os.path.join(self.work, 'mnt')
+        os.mkdir(mnt)
+        fstab = os.path.join(self.work, 'fstab')
+        with open(fstab, 'w') as f:
+            f.write('%s %s nextfs noauto,nofail,x-systemd.automount,rw '
+                    '0 0\n' % (img, mnt))
+        with nx.environment(LIBMOUNT_UTAB=os.path.join(self.work, 'utab')):
+            nx.run(['mount', '-T', fstab, mnt])
+            self.addCleanup(self.unmount_if_mounted, mnt)
+            pids = [p for p in os.listdir('/proc') if p.isdigit() and
+                    self.cmdline(p)[:1] == [b'/usr/bin/nextfs-fuse'] and
+                    img.encode() in self.cmdline(p)]
+            self.assertEqual(len(pids), 1, 'no /usr/bin/nextfs-fuse for %s'
+                             % img)
+            nx.write_file(os.path.join(mnt, 'notes.txt'), b'version 1\n')
+            nx.run(['/usr/bin/nextfs', 'snapshot', 'take', mnt, 'monday'])
+            nx.write_file(os.path.join(mnt, 'notes.txt'), b'version 2\n')
+            self.assertEqual(nx.read_file(os.path.join(
+                mnt, '.snapshots', 'monday', 'notes.txt')), b'version 1\n')
+            listed = json.loads(nx.run(['/usr/bin/nextfs', 'snapshot',
+                                        'list', '--json', mnt]).stdout)
+            self.assertEqual([s['name'] for s in listed], ['monday'])
+            # umount(8) runs /sbin/umount.nextfs: it returns once the
+            # daemon has written the image back and let go of it.
+            nx.run(['umount', mnt])
+            self.assertFalse(nx.is_mounted(mnt))
+            self.assertFalse(nx.volume_locked(img))
         # snapshot-aware check (runs e2fsck through a private FUSE mount)
         nx.run(['/usr/bin/nextfs', 'check', img])
         nx.run(['/usr/bin/nextfs', 'snapshot', 'delete', img, 'monday'])
         rc, out = nx.fsck(img)
         self.assertEqual(rc, 0, out)
+
+    @staticmethod
+    def cmdline(pid):
+        try:
+            with open('/proc/%s/cmdline' % pid, 'rb') as f:
+                return f.read().split(b'\0')
+        except OSError:
+            return []
+
+    @staticmethod
+    def unmount_if_mounted(mnt):
+        if nx.is_mounted(mnt):
+            nx.run(['/usr/bin/nextfs', 'umount', mnt], check=False)
+        if nx.is_mounted(mnt):
+            nx.run(['umount', '-l', mnt], check=False)
 
     def test_build_install_use_purge(self):
         deb = self.build_package()
