@@ -582,6 +582,37 @@ static errcode_t busy(const char *device, char *msg, size_t msglen)
 	return EBUSY;
 }
 
+/* Is a FUSE file system mounted at MOUNTPOINT (in this namespace)? */
+static int fuse_mounted_at(const char *mountpoint)
+{
+	struct nx_mountinfo mi;
+
+	return nx_mountinfo_find(mountpoint, &mi) == 0 &&
+	       !strncmp(mi.fstype, "fuse", 4);
+}
+
+/*
+ * A daemon that says "serving" although its mount is gone from here has
+ * most likely not yet heard of the unmount that just returned (plain
+ * FUSE mounts end the session after umount(2) returns, and the daemon
+ * may not run at once on a busy machine).  Wait up to MS for it to say
+ * "finishing"; one that serves a mount elsewhere (another mount
+ * namespace) keeps saying "serving" and is named as serving after that.
+ */
+#define UNMOUNTED_GRACE_MS	5000
+
+static void wait_while_serving(struct nx_holder_conn *c, int ms)
+{
+	long long deadline = now_ms() + ms;
+
+	while (c->state == NX_HOLDER_SERVING) {
+		long long left = deadline - now_ms();
+
+		if (left <= 0 || nx_holder_next(c, (int)left) == ETIMEDOUT)
+			break;
+	}
+}
+
 /*
  * The lock is taken.  If a nextfs-fuse daemon holds it and is finishing
  * (its mount is already gone), wait for it to let go; one that still
@@ -605,6 +636,8 @@ static errcode_t wait_for_holder(const char *device, int fd, int how,
 	}
 	if (nx_holder_next(c, 2000) == 0 && c->state == NX_HOLDER_SERVING)
 		nx_holder_next(c, 0);	/* "finishing" may follow at once */
+	if (c->state == NX_HOLDER_SERVING && !fuse_mounted_at(c->mountpoint))
+		wait_while_serving(c, UNMOUNTED_GRACE_MS);
 	if (c->state == NX_HOLDER_SERVING) {
 		nx_set_msg(msg, msglen, "%s is mounted at %s by nextfs-fuse "
 			   "(pid %ld); unmount it first: nextfs umount %s",

@@ -25,8 +25,10 @@ import json
 import fcntl
 import os
 import re
+import signal
 import subprocess
 import tempfile
+import time
 import unittest
 
 import nxharness as nx
@@ -90,6 +92,33 @@ class UnmountTest(nx.NxTestCase):
                 self.assertFalse(locked(img))
                 rc, out = nx.fsck(img)
                 self.assertEqual(rc, 0, out)
+
+    def test_offline_commands_wait_for_a_daemon_yet_to_hear_of_umount(self):
+        """fusermount3 -u has returned, but the daemon has not run since
+        (a busy machine): it still says "serving" for a moment.  A
+        command must wait for it to finish, not call the volume mounted
+        at a mountpoint that is gone."""
+        img = self.make_image('64M')
+        with self.mounted(img) as m:
+            fill(m.path)
+            pid = m.proc.pid
+            os.kill(pid, signal.SIGSTOP)
+            try:
+                nx.run([nx.FUSERMOUNT, '-u', m.path])
+                self.assertFalse(nx.is_mounted(m.path))
+                info = subprocess.Popen([nx.tool_path(), 'info', img],
+                                        stdout=subprocess.PIPE,
+                                        stderr=subprocess.STDOUT, text=True)
+                # Let the command ask while the daemon cannot answer yet.
+                time.sleep(0.3)
+            finally:
+                os.kill(pid, signal.SIGCONT)
+            out, _ = info.communicate(timeout=60)
+            self.assertEqual(info.returncode, 0, out)
+            self.assertRegex(out, r'Block count:\s+\d+')
+            self.assertFalse(locked(img))
+        rc, out = nx.fsck(img)
+        self.assertEqual(rc, 0, out)
 
     def test_umount_reports_a_daemon_that_failed(self):
         # Writes fail after the Nth: the mount must get through, a commit
