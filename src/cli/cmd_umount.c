@@ -39,6 +39,7 @@
 #include <sys/file.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <sys/wait.h>
 #include "nextfs/holder.h"
 #include "cli.h"
@@ -283,7 +284,7 @@ int nx_cmd_umount(int argc, char **argv)
 {
 	struct umount_ctx u;
 	const char *target;
-	struct stat st;
+	struct statfs sfs;
 	int ret, e, dead = 0;
 
 	memset(&u, 0, sizeof(u));
@@ -307,8 +308,11 @@ int nx_cmd_umount(int argc, char **argv)
 			     "fusermount3 -u", u.path, u.mi.fstype);
 		return NX_CLI_FAIL;
 	}
-	/* No channel: has its daemon died? */
-	if (!u.conn && stat(u.path, &st) != 0 && errno == ENOTCONN)
+	/*
+	 * No channel: has its daemon died?  statfs always asks the daemon
+	 * (stat may be answered from the kernel's attribute cache).
+	 */
+	if (!u.conn && statfs(u.path, &sfs) != 0 && errno == ENOTCONN)
 		dead = 1;
 	if (do_unmount(&u) != 0)
 		ret = NX_CLI_FAIL;
