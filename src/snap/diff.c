@@ -106,15 +106,6 @@ static int block_differs(struct differ *d, blk64_t n)
 	return 0;
 }
 
-static blk64_t itable_block(ext2_filsys fs, ext2_ino_t ino)
-{
-	dgrp_t g = (ino - 1) / fs->super->s_inodes_per_group;
-	uint64_t idx = (ino - 1) % fs->super->s_inodes_per_group;
-
-	return ext2fs_inode_table_loc(fs, g) +
-	       idx * EXT2_INODE_SIZE(fs->super) / fs->blocksize;
-}
-
 /* Read INO on side S; zero bytes for fields that change without a change
  * of the file (atime, checksums). */
 static errcode_t read_cmp_inode(struct differ *d, int s, ext2_ino_t ino,
@@ -147,7 +138,7 @@ static int inode_changed(struct differ *d, ext2_ino_t ino)
 	if (ext2fs_test_inode_bitmap2(d->ino_checked, ino))
 		return ext2fs_test_inode_bitmap2(d->ino_changed, ino) != 0;
 	ext2fs_mark_inode_bitmap2(d->ino_checked, ino);
-	changed = block_differs(d, itable_block(d->vol->fs, ino)) &&
+	changed = block_differs(d, nx_inode_table_block(d->vol->fs, ino)) &&
 		  (read_cmp_inode(d, 0, ino, d->ibuf[0]) ||
 		   read_cmp_inode(d, 1, ino, d->ibuf[1]) ||
 		   memcmp(d->ibuf[0], d->ibuf[1], d->isize));

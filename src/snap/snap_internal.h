@@ -78,6 +78,16 @@ static inline blk64_t nx_pending_count(const struct nx_snapstore *store)
 	return store->pending.count + store->nmoved;
 }
 
+/* The inode-table block that holds inode INO. */
+static inline blk64_t nx_inode_table_block(ext2_filsys fs, ext2_ino_t ino)
+{
+	dgrp_t group = (ino - 1) / fs->super->s_inodes_per_group;
+	uint64_t byte = (uint64_t)((ino - 1) % fs->super->s_inodes_per_group) *
+			EXT2_INODE_SIZE(fs->super);
+
+	return ext2fs_inode_table_loc(fs, group) + byte / fs->blocksize;
+}
+
 /* Where the active snapshot keeps N, if that is still pending. */
 static inline int nx_pending_get(const struct nx_snapstore *store, blk64_t n,
 				 blk64_t *b)

@@ -1093,16 +1093,6 @@ out:
 	return err;
 }
 
-/* The inode-table block that holds inode INO. */
-static blk64_t inode_block(ext2_filsys fs, ext2_ino_t ino)
-{
-	dgrp_t group = (ino - 1) / fs->super->s_inodes_per_group;
-	uint64_t byte = (uint64_t)((ino - 1) % fs->super->s_inodes_per_group) *
-			EXT2_INODE_SIZE(fs->super);
-
-	return ext2fs_inode_table_loc(fs, group) + byte / fs->blocksize;
-}
-
 int nx_snap_block_rank(struct nx_volume *vol, blk64_t blk)
 {
 	struct nx_snapstore *store = vol->snap;
@@ -1115,7 +1105,7 @@ int nx_snap_block_rank(struct nx_volume *vol, blk64_t blk)
 	if (ext2fs_test_block_bitmap2(store->exclude, blk))
 		return NX_SNAP_RANK_MAP;
 	for (i = 0; i < store->nsnaps; i++)
-		if (inode_block(fs, store->snaps[i]->ino) == blk)
+		if (nx_inode_table_block(fs, store->snaps[i]->ino) == blk)
 			return NX_SNAP_RANK_INODE;
 	return 0;
 }

@@ -409,9 +409,7 @@ static int view_open_blocks(ext2_filsys fs, blk64_t *out)
 	out[n++] = sb;
 	for (i = 0; i < fs->desc_blocks && n < PREFETCH_MAX_BLOCKS - 1; i++)
 		out[n++] = ext2fs_descriptor_block_loc2(fs, sb, i);
-	out[n++] = ext2fs_inode_table_loc(fs, 0) +
-		   (EXT2_ROOT_INO - 1) * (blk64_t)EXT2_INODE_SIZE(fs->super) /
-		   fs->blocksize;
+	out[n++] = nx_inode_table_block(fs, EXT2_ROOT_INO);
 	return n;
 }
 
@@ -513,13 +511,9 @@ void nx_snap_prefetch_views(struct nx_volume *vol)
 		prefetch_block(fs, want[j]);	/* the live fall-through */
 	for (i = 0; i < store->nsnaps; i++) {
 		struct nx_snap *s = store->snaps[i];
-		dgrp_t g = ext2fs_group_of_ino(fs, s->ino);
-		blk64_t at = ext2fs_inode_table_loc(fs, g) +
-			     ((s->ino - 1) % fs->super->s_inodes_per_group) *
-			     (blk64_t)EXT2_INODE_SIZE(fs->super) / fs->blocksize;
 
 		if (!s->prefetched && !s->view)
-			prefetch_block(fs, at);
+			prefetch_block(fs, nx_inode_table_block(fs, s->ino));
 	}
 	later = calloc((size_t)store->nsnaps * nwant, sizeof(*later));
 	for (i = 0; i < store->nsnaps; i++) {
