@@ -502,19 +502,23 @@ void nx_snap_prefetch_views(struct nx_volume *vol)
 	blk64_t want[PREFETCH_MAX_BLOCKS], b;
 	struct deferred_map *later = NULL;
 	size_t nlater = 0;
-	int i, j, nwant, deeper;
+	int i, j, nwant, deeper, todo = 0;
 
-	if (!store || !store->nsnaps)
+	if (!store)
+		return;
+	for (i = 0; i < store->nsnaps; i++) {
+		struct nx_snap *s = store->snaps[i];
+
+		if (!s->prefetched && !s->view) {
+			prefetch_block(fs, nx_inode_table_block(fs, s->ino));
+			todo++;
+		}
+	}
+	if (!todo)	/* every later listing: nothing to hint */
 		return;
 	nwant = view_open_blocks(fs, want);
 	for (j = 0; j < nwant; j++)
 		prefetch_block(fs, want[j]);	/* the live fall-through */
-	for (i = 0; i < store->nsnaps; i++) {
-		struct nx_snap *s = store->snaps[i];
-
-		if (!s->prefetched && !s->view)
-			prefetch_block(fs, nx_inode_table_block(fs, s->ino));
-	}
 	later = calloc((size_t)store->nsnaps * nwant, sizeof(*later));
 	for (i = 0; i < store->nsnaps; i++) {
 		struct nx_snap *s = store->snaps[i];
