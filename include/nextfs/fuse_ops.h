@@ -102,18 +102,9 @@ struct nx_fuse {
 	int hides_snapdir;		/* "/" holds a real /.snapshots */
 	struct nx_fuse **views;		/* live: one per snapshot id browsed */
 	size_t nviews;
-	struct nx_committer *committer;	/* live rw: the commit timer */
+	struct nx_periodic *committer;	/* live rw: the commit timer */
 	struct nx_timer *timer;		/* live rw: timed snapshots */
 };
-
-/*
- * The commit timer (fuse_main.c): once a second it takes the volume lock
- * and lets nx_volume_unlock() commit the running transaction if it is due
- * (txn.h), so that changes become durable within a few seconds even when
- * no further request arrives.  Stopped before the volume is closed.
- */
-int nx_fuse_committer_start(struct nx_fuse *fs);
-void nx_fuse_committer_stop(struct nx_fuse *fs);
 
 /*
  * timer.c - timed snapshots (-o snapshot_every, snapshot_keep): a thread
@@ -122,8 +113,9 @@ void nx_fuse_committer_stop(struct nx_fuse *fs);
  * .snapshots does, then deletes the timeline snapshots KEEP (if not
  * NULL; copied) does not keep, one at a time, each under the volume lock
  * for no longer than an rmdir would hold it.  A take or delete that
- * fails is logged; the next tick tries again.  Stopped (joined) before
- * the volume is closed; stopping twice is harmless.
+ * fails is logged; the next tick tries again.  fuse_main.c starts and
+ * stops it (joined before the volume is closed, with the commit timer,
+ * which lives there); stopping twice is harmless.
  */
 struct nx_keep_spec;
 int nx_fuse_timer_start(struct nx_fuse *fs, unsigned every,

@@ -1,5 +1,5 @@
 /*
- * snapshot.h - Next3-style snapshots on ext2/3/4 (see ../shared/DESIGN.md
+ * snapshot.h - Next3-style snapshots on ext2/3/4 (see docs/design.md
  * and docs/snapshots.md).
  *
  * Contract:

@@ -1,7 +1,7 @@
 /*
  * output.h - how the nextfs tool writes names, times and JSON.
  *
- * Contract (DESIGN.md P15: names are data; a name is any bytes but '/'
+ * Contract (docs/design.md P15: names are data; a name is any bytes but '/'
  * and NUL): every command prints names and paths through these helpers,
  * so that the exact bytes can always be recovered and one name never
  * looks like another or like two lines.

@@ -12,7 +12,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
-#include <time.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <stdio.h>
@@ -25,6 +24,7 @@
 #include <et/com_err.h>
 #include "nextfs/holder.h"
 #include "nextfs/inode.h"
+#include "nextfs/periodic.h"
 #include "nextfs/perm.h"
 #include "nextfs/reserve.h"
 
@@ -88,71 +88,53 @@ static int run_loop(struct fuse_session *se, int singlethread)
 	return nx_fuse_loop(se);
 }
 
-struct nx_committer {
-	pthread_t thread;
-	pthread_mutex_t mu;
-	pthread_cond_t cv;
-	int stop;
-	struct nx_volume *vol;
-};
+/*
+ * The commit timer: once a second (after the previous one) it takes the
+ * volume lock and lets nx_volume_unlock() commit the running transaction
+ * if it is due (txn.h), so that changes become durable within a few
+ * seconds even when no further request arrives.
+ */
+#define NX_COMMIT_CHECK_SECONDS 1
 
-static void *committer_main(void *arg)
+static errcode_t commit_tick(void *arg)
 {
-	struct nx_committer *c = arg;
-	struct timespec at;
+	struct nx_volume *vol = arg;
 
-	pthread_mutex_lock(&c->mu);
-	while (!c->stop) {
-		clock_gettime(CLOCK_REALTIME, &at);
-		at.tv_sec += 1;
-		pthread_cond_timedwait(&c->cv, &c->mu, &at);
-		if (c->stop)
-			break;
-		/* Unlocking commits when the transaction is due. */
-		nx_volume_lock(c->vol);
-		nx_volume_unlock(c->vol);
-	}
-	pthread_mutex_unlock(&c->mu);
-	return NULL;
-}
-
-int nx_fuse_committer_start(struct nx_fuse *fs)
-{
-	struct nx_committer *c;
-
-	if (!fs->vol || nx_volume_rdonly(fs->vol))
-		return 0;
-	c = calloc(1, sizeof(*c));
-	if (!c)
-		return -ENOMEM;
-	c->vol = fs->vol;
-	pthread_mutex_init(&c->mu, NULL);
-	pthread_cond_init(&c->cv, NULL);
-	if (pthread_create(&c->thread, NULL, committer_main, c) != 0) {
-		pthread_cond_destroy(&c->cv);
-		pthread_mutex_destroy(&c->mu);
-		free(c);
-		return -EAGAIN;
-	}
-	fs->committer = c;
+	nx_volume_lock(vol);
+	nx_volume_unlock(vol);	/* commits when the transaction is due */
 	return 0;
 }
 
-void nx_fuse_committer_stop(struct nx_fuse *fs)
+/*
+ * The daemon's periodic threads (periodic.h), started once mounted: the
+ * commit timer, and the snapshot timer if asked for (timer.c).  A
+ * read-only volume has neither.
+ */
+static void start_threads(struct nx_fuse *fs, const struct nx_fuse_config *cfg)
 {
-	struct nx_committer *c = fs->committer;
+	if (fs->vol && !nx_volume_rdonly(fs->vol) &&
+	    nx_periodic_start(NX_PERIODIC_INTERVAL, NX_COMMIT_CHECK_SECONDS,
+			      commit_tick, fs->vol, &fs->committer) != 0)
+		nx_err("cannot start the commit timer; changes become durable "
+		       "at fsync and unmount only");
+	if (cfg->snapshot_every &&
+	    nx_fuse_timer_start(fs, cfg->snapshot_every,
+				cfg->snapshot_keep) != 0)
+		nx_err("cannot start the snapshot timer; no timed snapshots "
+		       "will be taken");
+}
 
-	if (!c)
-		return;
-	pthread_mutex_lock(&c->mu);
-	c->stop = 1;
-	pthread_cond_signal(&c->cv);
-	pthread_mutex_unlock(&c->mu);
-	pthread_join(c->thread, NULL);
-	pthread_cond_destroy(&c->cv);
-	pthread_mutex_destroy(&c->mu);
-	free(c);
-	fs->committer = NULL;
+/*
+ * ... and stopped here alone, before the volume closes: in destroy (a
+ * fuseblk unmount, where destroy runs while the loop still serves the
+ * last requests) or after the request loop returns (a plain mount),
+ * whichever comes first; the second call finds nothing to stop.  The
+ * snapshot timer goes first: its takes and deletes commit.
+ */
+static void stop_threads(struct nx_fuse *fs)
+{
+	nx_fuse_timer_stop(fs);
+	nx_periodic_join(&fs->committer);
 }
 
 /*
@@ -223,6 +205,7 @@ static void life_destroy(void *userdata)
 		pthread_cond_wait(&life.cv, &life.mu);
 	pthread_mutex_unlock(&life.mu);
 	nx_holder_finishing(life.holder);
+	stop_threads(userdata);
 	nx_fuse_snap_ops.destroy(userdata);
 }
 
@@ -449,14 +432,7 @@ int nx_fuse_main(const struct nx_fuse_config *cfg)
 	if (nx_holder_serve(life.holder) != 0 && life.holder)
 		nx_err("cannot answer on the status channel; nextfs umount "
 		       "will wait for the volume lock instead");
-	if (nx_fuse_committer_start(&fs) != 0)
-		nx_err("cannot start the commit timer; changes become durable "
-		       "at fsync and unmount only");
-	if (cfg->snapshot_every &&
-	    nx_fuse_timer_start(&fs, cfg->snapshot_every,
-				cfg->snapshot_keep) != 0)
-		nx_err("cannot start the snapshot timer; no timed snapshots "
-		       "will be taken");
+	start_threads(&fs, cfg);
 	if (cfg->read_ahead_kb &&
 	    pthread_create(&ra_thread, NULL, read_ahead_thread,
 			   (void *)cfg) == 0)
@@ -464,8 +440,7 @@ int nx_fuse_main(const struct nx_fuse_config *cfg)
 	ret = run_loop(se, cfg->singlethread);
 	nx_holder_finishing(life.holder);
 	last_error[0] = 0;	/* only what goes wrong from here is news */
-	nx_fuse_timer_stop(&fs);
-	nx_fuse_committer_stop(&fs);
+	stop_threads(&fs);
 	/*
 	 * An aborted connection (fusectl abort, umount -f) ends the session
 	 * like an unmount: the kernel sends nothing more, and we still

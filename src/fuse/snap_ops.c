@@ -476,8 +476,6 @@ static void s_destroy(void *userdata)
 {
 	struct nx_fuse *live = userdata;
 
-	nx_fuse_timer_stop(live);	/* it takes snapshots: first */
-	nx_fuse_committer_stop(live);
 	if (live->vol) {
 		nx_volume_lock(live->vol);
 		free_views(live);

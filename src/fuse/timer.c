@@ -13,19 +13,16 @@
 #include "nextfs/fuse_ops.h"
 
 #include <errno.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include "nextfs/periodic.h"
 #include "nextfs/retention.h"
 #include "nextfs/snapshot.h"
 #include "fuse_internal.h"
 
 struct nx_timer {
-	pthread_t thread;
-	pthread_mutex_t mu;
-	pthread_cond_t cv;		/* signalled to stop */
-	int stop;
+	struct nx_periodic *thread;	/* wall-clock ticks (periodic.h) */
 	struct nx_fuse *fs;
 	unsigned every;			/* seconds */
 	int prune;			/* keep is set */
@@ -71,14 +68,14 @@ static errcode_t snapshot_names(struct nx_fuse *fs, char ***out, int *count)
  * Delete the timeline snapshots T->keep does not keep.  A snapshot taken
  * or deleted by someone else meanwhile only makes a delete fail (ENOENT)
  * or a decision stale by one tick; nothing but timeline names is ever
- * deleted.
+ * deleted.  Every failure is logged; the first is returned.
  */
-static void timer_prune(struct nx_timer *t)
+static errcode_t timer_prune(struct nx_timer *t)
 {
 	struct nx_keep_item *items = NULL;
 	struct timespec now;
 	char **names = NULL;
-	errcode_t err;
+	errcode_t err, failed = 0;
 	int i, n = 0;
 
 	err = snapshot_names(t->fs, &names, &n);
@@ -96,12 +93,15 @@ static void timer_prune(struct nx_timer *t)
 		if (items[i].keep)
 			continue;
 		derr = nx_fuse_snap_delete(t->fs, names[i]);
-		if (derr && derr != ENOENT)
+		if (derr && derr != ENOENT) {
 			fuse_log(FUSE_LOG_ERR, "timed snapshots: "
 				 "cannot delete %s: %s\n", names[i],
 				 strerror(nx_errno(derr)));
-		else if (!derr)
+			if (!failed)
+				failed = derr;
+		} else if (!derr) {
 			nx_fuse_snapdir_changed(t->fs, names[i]);
+		}
 	}
 	if (err)
 		fuse_log(FUSE_LOG_ERR, "timed snapshots: cannot "
@@ -110,12 +110,15 @@ static void timer_prune(struct nx_timer *t)
 		free(names[i]);
 	free(names);
 	free(items);
+	return err ? err : failed;
 }
 
-static void timer_tick(struct nx_timer *t)
+/* One tick (periodic.h): take, then prune; the first failure counts. */
+static errcode_t timer_tick(void *arg)
 {
+	struct nx_timer *t = arg;
 	char name[NX_TL_NAME_SIZE];
-	errcode_t err = nx_tl_take(timer_take, t->fs, name);
+	errcode_t err = nx_tl_take(timer_take, t->fs, name), perr = 0;
 
 	if (err)
 		fuse_log(FUSE_LOG_ERR, "timed snapshot %s failed: "
@@ -125,45 +128,15 @@ static void timer_tick(struct nx_timer *t)
 		nx_fuse_snapdir_changed(t->fs, NULL);
 	/* Also after a failed take: pruning may make room for the next. */
 	if (t->prune)
-		timer_prune(t);
-}
-
-/* Wait for the next multiple of EVERY seconds; 0 when told to stop. */
-static int wait_tick(struct nx_timer *t)
-{
-	struct timespec now, at;
-
-	clock_gettime(CLOCK_REALTIME, &now);
-	at.tv_sec = (now.tv_sec / t->every + 1) * t->every;
-	at.tv_nsec = 0;
-	while (!t->stop) {
-		clock_gettime(CLOCK_REALTIME, &now);
-		if (now.tv_sec >= at.tv_sec)
-			return 1;
-		/* CLOCK_REALTIME: a clock step moves the tick with it. */
-		pthread_cond_timedwait(&t->cv, &t->mu, &at);
-	}
-	return 0;
-}
-
-static void *timer_main(void *arg)
-{
-	struct nx_timer *t = arg;
-
-	pthread_mutex_lock(&t->mu);
-	while (wait_tick(t)) {
-		pthread_mutex_unlock(&t->mu);
-		timer_tick(t);
-		pthread_mutex_lock(&t->mu);
-	}
-	pthread_mutex_unlock(&t->mu);
-	return NULL;
+		perr = timer_prune(t);
+	return err ? err : perr;
 }
 
 int nx_fuse_timer_start(struct nx_fuse *fs, unsigned every,
 			const struct nx_keep_spec *keep)
 {
 	struct nx_timer *t;
+	errcode_t err;
 
 	if (!fs->vol || nx_volume_rdonly(fs->vol) || !every)
 		return -EINVAL;
@@ -176,11 +149,9 @@ int nx_fuse_timer_start(struct nx_fuse *fs, unsigned every,
 		t->keep = *keep;
 		t->prune = 1;
 	}
-	pthread_mutex_init(&t->mu, NULL);
-	pthread_cond_init(&t->cv, NULL);
-	if (pthread_create(&t->thread, NULL, timer_main, t) != 0) {
-		pthread_cond_destroy(&t->cv);
-		pthread_mutex_destroy(&t->mu);
+	err = nx_periodic_start(NX_PERIODIC_WALLCLOCK, every, timer_tick, t,
+				&t->thread);
+	if (err) {
 		free(t);
 		return -EAGAIN;
 	}
@@ -194,13 +165,7 @@ void nx_fuse_timer_stop(struct nx_fuse *fs)
 
 	if (!t)
 		return;
-	pthread_mutex_lock(&t->mu);
-	t->stop = 1;
-	pthread_cond_signal(&t->cv);
-	pthread_mutex_unlock(&t->mu);
-	pthread_join(t->thread, NULL);
-	pthread_cond_destroy(&t->cv);
-	pthread_mutex_destroy(&t->mu);
+	nx_periodic_join(&t->thread);	/* stops it first */
 	free(t);
 	fs->timer = NULL;
 }

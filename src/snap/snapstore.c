@@ -1,7 +1,7 @@
 /*
  * snapstore.c - the snapshot list: load it at mount, take, delete, list.
  *
- * On disk (DESIGN.md section 1): each snapshot is a regular file in
+ * On disk (docs/design.md section 1): each snapshot is a regular file in
  * /.snapshots with EXT4_SNAPFILE_FL, i_generation = id, the next older
  * snapshot's inode in l_i_version, i_size = whole volume.  The superblock
  * points at the newest (s_snapshot_list) which is also the active one

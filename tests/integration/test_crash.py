@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Crash safety through a real mount: kill -9 of the daemon (DESIGN.md P10).
+"""Crash safety through a real mount: kill -9 of the daemon (docs/design.md P10).
 
 Run: test_crash.py --flavour ext2|ext3|ext4|ext4-inline
 

@@ -1,5 +1,5 @@
 /*
- * test_crash.c - the crash-point sweep (DESIGN.md P10: a crash never
+ * test_crash.c - the crash-point sweep (docs/design.md P10: a crash never
  * changes a snapshot taken before it).
  *
  * For every flavour, and for two variants of the workload (snapshot S1

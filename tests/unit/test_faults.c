@@ -600,7 +600,7 @@ static void run_cut_point(const char *work, const char *masked,
  *   Every status is printed.
  * - The volume opens again, and snapshot s1 (taken before any fault)
  *   shows exactly its content: a failing write must never change a
- *   snapshot (DESIGN.md P9, P10).
+ *   snapshot (docs/design.md P9, P10).
  */
 START_TEST(test_cut_errors)
 {
