@@ -197,6 +197,14 @@ class PathSafetyTest(nx.NxTestCase):
             self.assertEqual(rc, 1, err)
             self.assertIn('another user owns it', err)
             self.assertUntouched()
+            # nor a link of theirs outside the mount into root's part of it
+            os.mkdir(m.p('rootdir'), 0o700)
+            self.as_nobody(os.symlink, m.p('rootdir'),
+                           os.path.join(udir, 'in'))
+            rc, _, err = tool('versions', g, '--restore', 's2', '--to',
+                              os.path.join(udir, 'in', 'out'))
+            self.assertEqual(rc, 1, err)
+            self.assertEqual(os.listdir(m.p('rootdir')), [])
             # a DEST that is itself a link is replaced, not followed
             dangling = m.p('u', 'x', 'dangling')
             self.as_nobody(os.symlink, os.path.join(self.rootonly, 'new'),
@@ -311,7 +319,7 @@ class PathSafetyTest(nx.NxTestCase):
                 os.utime(name, ns=(10**18, 10**18), dir_fd=fd)
             snap(m, 'd0')
             # after d0: content only (same size and mtime), a rename, a
-            # new file and another 300 directories, all at the bottom
+            # new file and another 600 directories, all at the bottom
             wfd = os.open('leaf', os.O_WRONLY, dir_fd=fd)
             os.write(wfd, b'B' * 100)
             os.close(wfd)
@@ -319,8 +327,11 @@ class PathSafetyTest(nx.NxTestCase):
             os.rename('old', 'renamed', src_dir_fd=fd, dst_dir_fd=fd)
             os.close(os.open('new', os.O_WRONLY | os.O_CREAT, 0o644,
                              dir_fd=fd))
+            # a side directory at each level: the walk keeps more
+            # directories open than it may and opens some again
             for _ in range(300):
                 os.mkdir('ee', dir_fd=fd)
+                os.mkdir('x', dir_fd=fd)
                 nfd = os.open('ee', os.O_RDONLY | os.O_DIRECTORY,
                               dir_fd=fd)
                 os.close(fd)
@@ -334,6 +345,8 @@ class PathSafetyTest(nx.NxTestCase):
                             'R %s/old -> %s/renamed' % (deep, deep),
                             '+ %s/new' % deep] +
                            ['+ %s%s' % (deep, '/ee' * (i + 1))
+                            for i in range(300)] +
+                           ['+ %s%s/x' % (deep, '/ee' * i)
                             for i in range(300)])
             got0 = ok('diff', m.path, 'empty', 'd0').decode().splitlines()
             got1 = ok('diff', m.path, 'd0', 'd1').decode().splitlines()
