@@ -94,7 +94,9 @@ static void versions_usage(FILE *out)
 		"(data, mode, owner where permitted, times, xattrs) to DEST\n"
 		"(default: PATH), replacing it atomically; the snapshot is only\n"
 		"read.  DEST an existing directory: into it.  Directories are not\n"
-		"restored (copy them with cp -a from MNT/.snapshots/NAME).\n");
+		"restored (copy them with cp -a from MNT/.snapshots/NAME).\n"
+		"No symbolic link below the mountpoint is followed in PATH or DEST,\n"
+		"nor another user's anywhere, nor any inside a snapshot.\n");
 }
 
 /* Where REL is in snapshot SNAP (NULL: the live tree), below the root. */
