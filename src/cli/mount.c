@@ -180,12 +180,12 @@ char *nx_cli_find_mount(const char *image)
 }
 
 /*
- * The directory TARGET must be the root of a nextfs mount (*MNT: its
- * mountpoint as mountinfo spells it, which nx_cli_mount_root() checks
- * again at each use).  Not a subdirectory: a command that writes
- * acts on MNT/.snapshots, which only the root has.
+ * The nextfs mount of the directory TARGET (*MNT: its mountpoint as
+ * mountinfo spells it, which nx_cli_mount_root() checks again at each
+ * use).  A command that writes (not NX_VOL_RDONLY) acts on
+ * MNT/.snapshots, which only the root has: TARGET must be that root.
  */
-static int mountpoint_of(const char *target, char **mnt)
+static int mountpoint_of(const char *target, int flags, char **mnt)
 {
 	struct nx_sp_place p;
 
@@ -197,7 +197,7 @@ static int mountpoint_of(const char *target, char **mnt)
 			nx_cli_error("%s: %s", target, nx_sp_why(errno));
 		return NX_CLI_FAIL;
 	}
-	if (p.rel[0])
+	if (p.rel[0] && !(flags & NX_VOL_RDONLY))
 		nx_cli_error("%s is not the mountpoint of a nextfs volume "
 			     "(it is below the one at %s)", target,
 			     p.mnt.path);
@@ -216,7 +216,7 @@ int nx_cli_open_target(const char *target, int flags, struct nx_volume **vol,
 	*vol = NULL;
 	*mnt = NULL;
 	if (nx_cli_is_dir(target))
-		return mountpoint_of(target, mnt);
+		return mountpoint_of(target, flags, mnt);
 	err = nx_volume_open(target, flags, vol, msg, sizeof(msg));
 	/* Served by nextfs-fuse: ask the daemon, through its mountpoint. */
 	if (err == EBUSY && (*mnt = nx_cli_find_mount(target)))

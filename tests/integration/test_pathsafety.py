@@ -267,6 +267,9 @@ class PathSafetyTest(nx.NxTestCase):
                              ['old', 'secret'])
             os.rmdir(os.path.join(self.rootonly, 'old'))
             ok('snapshot', 'take', m.path, 's')
+            # reading commands ask the daemon of the directory's mount
+            self.assertEqual(ok('snapshot', 'list', '--names0', m.p('u')),
+                             b's\0')
         # export to a dangling link the user planted: refused, nothing
         # created where it points; with --force the link is replaced
         udir = os.path.join(self.work, 'udir')
