@@ -659,7 +659,9 @@ static char *follow_link(struct walker *w, int fd, const struct stat *st,
 		errno = ENOENT;
 		return NULL;
 	}
-	if (asprintf(&todo, "%s/%s", target, rest) < 0) {
+	/* REST is "" or starts with "/": a "/" of its own would make a
+	 * link to a file at the end of the path ask for a directory */
+	if (asprintf(&todo, "%s%s", target, rest) < 0) {
 		todo = NULL;
 		errno = ENOMEM;
 	} else if (target[0] == '/' && walk_from_root(w)) {
