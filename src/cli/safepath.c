@@ -284,6 +284,13 @@ static int has_dotdot(const char *rel)
 	return 0;
 }
 
+static const char *skip_slashes(const char *rel)
+{
+	while (*rel == '/')
+		rel++;
+	return rel;
+}
+
 static int openat2_beneath(int dirfd, const char *rel, int flags)
 {
 	struct open_how how = {
@@ -303,7 +310,43 @@ static int openat2_beneath(int dirfd, const char *rel, int flags)
 	return (int)fd;
 }
 
-/* openat2 is missing (ENOSYS) or cannot take REL (longer than PATH_MAX). */
+/*
+ * openat2 takes at most PATH_MAX bytes: a longer REL goes in pieces cut
+ * at a '/', each below the directory the one before reached (with the
+ * same rules, so the whole walk stays below DIRFD).
+ */
+static int openat2_long(int dirfd, const char *rel, int flags)
+{
+	const char *cut;
+	char *piece;
+	int cur = dirfd, fd, e;
+
+	while (strlen(rel) >= PATH_MAX) {
+		for (cut = rel + PATH_MAX - 1; cut > rel && *cut != '/'; cut--)
+			;
+		piece = cut > rel ? strndup(rel, cut - rel) : NULL;
+		fd = piece ? openat2_beneath(cur, piece, O_PATH | O_DIRECTORY)
+			   : -1;
+		e = piece ? errno : ENAMETOOLONG;
+		free(piece);
+		if (cur != dirfd)
+			close(cur);
+		if (fd < 0) {
+			errno = e;
+			return -1;
+		}
+		cur = fd;
+		rel = skip_slashes(cut);
+	}
+	fd = openat2_beneath(cur, rel, flags);
+	e = errno;
+	if (cur != dirfd)
+		close(cur);
+	errno = e;
+	return fd;
+}
+
+/* openat2 is missing (ENOSYS) or refused (EPERM: a seccomp filter). */
 static int walk_instead(int err)
 {
 	return err == ENOSYS || err == ENAMETOOLONG || err == EPERM ||
@@ -369,13 +412,6 @@ static int walk_beneath(int dirfd, const char *rel)
 	return fd;
 }
 
-static const char *skip_slashes(const char *rel)
-{
-	while (*rel == '/')
-		rel++;
-	return rel;
-}
-
 int nx_sp_open_dir(int dirfd, const char *rel)
 {
 	int fd;
@@ -387,7 +423,7 @@ int nx_sp_open_dir(int dirfd, const char *rel)
 		errno = EXDEV;
 		return -1;
 	}
-	fd = openat2_beneath(dirfd, rel, O_PATH | O_DIRECTORY);
+	fd = openat2_long(dirfd, rel, O_PATH | O_DIRECTORY);
 	if (fd < 0 && walk_instead(errno))
 		fd = walk_beneath(dirfd, rel);
 	return fd;
@@ -447,7 +483,7 @@ int nx_sp_open(int dirfd, const char *rel, int flags)
 		errno = EXDEV;
 		return -1;
 	}
-	fd = openat2_beneath(dirfd, rel, flags);
+	fd = openat2_long(dirfd, rel, flags);
 	if (fd >= 0 || !walk_instead(errno))
 		return fd;
 	pfd = nx_sp_open_parent(dirfd, rel, &base);

@@ -20,10 +20,10 @@
  *   unless NX_SP_FOLLOW_LAST says so (then under the same rules).
  * - Below an open directory (nx_sp_open*, nx_sp_lstat), nothing is
  *   followed and the mount is never left: openat2() with RESOLVE_BENEATH
- *   | RESOLVE_NO_SYMLINKS | RESOLVE_NO_XDEV, or where the kernel lacks
- *   it (or the path is longer than PATH_MAX) a walk with openat(O_PATH |
- *   O_DIRECTORY | O_NOFOLLOW) and a mount check per component.  ".."
- *   is refused.  Paths of any length.
+ *   | RESOLVE_NO_SYMLINKS | RESOLVE_NO_XDEV (a path longer than PATH_MAX
+ *   in pieces, each below the last), or where the kernel lacks it a walk
+ *   with openat(O_PATH | O_DIRECTORY | O_NOFOLLOW) and a mount check per
+ *   component.  ".." is refused.  Paths of any length.
  * - A mountpoint known only as a string (from /proc/self/mountinfo) is
  *   opened with nx_sp_mount_open(), which accepts the directory only if
  *   it is the root of the mount mountinfo lists at exactly that path: a
