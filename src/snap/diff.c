@@ -25,7 +25,6 @@
  * new locations it kept or was renamed to.
  */
 #include <errno.h>
-#include <limits.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
