@@ -82,11 +82,11 @@ int nx_cli_mount_snapshots(const char *mnt, struct nx_snapinfo **list,
 			   int *count, unsigned *blocksize);
 int nx_cli_mount_volinfo(const char *mnt, struct nx_ioc_volinfo *vi);
 /*
- * The FUSE mount PATH is on (*MNT) and PATH below it (*REL: "" for the
- * mountpoint, else "/a/b"); the last component of PATH is not followed.
- * Both malloced.
+ * The root of the nextfs mount at MNT (its mountpoint as mountinfo spells
+ * it), opened and checked with nx_sp_mount_open() (safepath.h; FLAGS:
+ * NX_SP_PATH_ONLY): a descriptor, or -1 after a message.
  */
-int nx_cli_mount_of_path(const char *path, char **mnt, char **rel);
+int nx_cli_mount_root(const char *mnt, int flags);
 /* Where IMAGE (a file or block device) is mounted by FUSE (malloced). */
 char *nx_cli_find_mount(const char *image);
 /*
@@ -113,11 +113,13 @@ errcode_t nx_cli_take(void *target, const char *name);
 errcode_t nx_cli_delete(struct nx_cli_target *t, const char *name);
 
 /*
- * compare.c - 1 when the regular files (symlinks) A and B differ in
- * content (target) or cannot be read, else 0.
+ * compare.c - do the regular files (symbolic links) RA and RB, below the
+ * directories DA and DB (nx_sp_open: nothing followed), hold the same
+ * data (target)?  1 they differ, 0 the same, -1 with errno when one
+ * cannot be read.
  */
-int nx_cli_files_differ(const char *a, const char *b);
-int nx_cli_links_differ(const char *a, const char *b);
+int nx_cli_files_differ(int da, const char *ra, int db, const char *rb);
+int nx_cli_links_differ(int da, const char *ra, int db, const char *rb);
 
 /*
  * snaplist.c - the snapshots of a target, as "snapshot list" and "info"

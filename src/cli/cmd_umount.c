@@ -43,6 +43,7 @@
 #include <sys/wait.h>
 #include "nextfs/holder.h"
 #include "cli.h"
+#include "safepath.h"
 
 #define UMOUNT_DAEMON_FAILED	3
 
@@ -158,18 +159,82 @@ static int run_fusermount(const char *path)
 	return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
 }
 
+/*
+ * As root: unmount exactly the mount found at u->path.  umount2(path)
+ * would walk the path again, and a user who owns a directory on the way
+ * could have swapped it for a link to another mountpoint meanwhile.  So
+ * the directory holding the mountpoint is opened, the mount on its entry
+ * checked (safepath.h: the root of the mount mountinfo lists at u->path,
+ * with the device found there), and the entry unmounted from within
+ * that directory: umount2(NAME, UMOUNT_NOFOLLOW) with it as the working
+ * directory.  (Unmounting through a descriptor of the mount itself is
+ * not possible: the descriptor keeps the mount busy.)  O_PATH: a daemon
+ * that died cannot answer.
+ */
+static int unmount_pinned(struct umount_ctx *u)
+{
+	char *slash = strrchr(u->path, '/'), *dir;
+	int parent = -1, here = -1, fd, rc = -1, e = EINVAL;
+	struct nx_sp_mount m;
+	struct statx sx;
+
+	if (!slash || !slash[1]) {
+		errno = EINVAL;
+		return -1;
+	}
+	dir = strndup(u->path, slash == u->path ? 1 : (size_t)(slash -
+								u->path));
+	if (dir)
+		parent = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	free(dir);
+	fd = parent < 0 ? -1 : openat(parent, slash + 1, O_PATH | O_DIRECTORY |
+				      O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0 || nx_sp_mount_pin(fd, u->path, NX_SP_FUSE |
+				      NX_SP_PATH_ONLY, &m)) {
+		e = errno;
+		goto out;
+	}
+	rc = statx(m.fd, "", AT_EMPTY_PATH | AT_STATX_DONT_SYNC, 0, &sx);
+	nx_sp_mount_close(&m);		/* it would keep the mount busy */
+	if (rc || sx.stx_dev_major != u->mi.major ||
+	    sx.stx_dev_minor != u->mi.minor) {
+		e = ESTALE;
+		rc = -1;
+		goto out;
+	}
+	here = open(".", O_PATH | O_DIRECTORY | O_CLOEXEC);
+	rc = -1;
+	if (here >= 0 && fchdir(parent) == 0) {
+		rc = umount2(slash + 1, UMOUNT_NOFOLLOW);
+		e = errno;
+		if (fchdir(here) < 0) {
+			/* gone meanwhile: nothing after uses it */
+		}
+	} else {
+		e = errno;
+	}
+out:
+	if (here >= 0)
+		close(here);
+	if (parent >= 0)
+		close(parent);
+	errno = e;
+	return rc;
+}
+
 static int do_unmount(struct umount_ctx *u)
 {
 	if (geteuid() != 0)
 		return run_fusermount(u->path);	/* it says why not */
-	if (umount2(u->path, UMOUNT_NOFOLLOW) == 0)
+	if (unmount_pinned(u) == 0)
 		return 0;
 	if (errno == EBUSY)
 		nx_cli_error("%s is busy (a process has a file open there, or "
 			     "its working directory); nothing was unmounted",
 			     u->path);
 	else
-		nx_cli_error("cannot unmount %s: %s", u->path, strerror(errno));
+		nx_cli_error("cannot unmount %s: %s", u->path,
+			     nx_sp_why(errno));
 	return -1;
 }
 

@@ -27,11 +27,17 @@
  * snapshot is only read.  Directories are refused (cp -a copies them
  * from the snapshot view; a merge with what is there now is a decision
  * only the user can make).
+ *
+ * Run by root on a path a user controls (an allow_other mount), nothing
+ * here may be redirected (safepath.h): PATH and DEST are resolved once
+ * into open directories; every occurrence is looked up below the mount's
+ * root without following any symbolic link, so a directory that was a
+ * link when a snapshot was taken is not followed out of the snapshot;
+ * the copy is made in DEST's directory, held open, and renamed within it.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,12 +49,14 @@
 #include "nextfs/snapshot.h"
 #include "cli.h"
 #include "output.h"
+#include "safepath.h"
 
 /* One place the file is found: a snapshot (snap >= 0) or the live tree. */
 struct occ {
 	int snap;		/* index into the snapshot list, -1: live */
-	char *path;
-	struct stat st;
+	char *rel;		/* below the mount's root: ".snapshots/S/a/b" */
+	struct stat st;		/* st_mode 0: absent */
+	int why;		/* absent: the errno that said so */
 };
 
 struct version {
@@ -59,12 +67,17 @@ struct version {
 };
 
 struct history {
-	char *mnt, *rel;	/* rel: "/a/b" ("" is the root) */
+	struct nx_sp_place where;	/* PATH: its mount, held open */
+	char *rel;		/* "/a/b" ("" is the root), no snapshot view */
+	int in_view;		/* PATH named it inside a snapshot view */
 	struct nx_cli_snaps snaps;
-	struct occ *occ;	/* one per snapshot (st_mode 0: absent) + live */
+	struct occ *occ;	/* one per snapshot + live */
 	struct version *v;
 	int nv;
+	int found;		/* occurrences present */
 };
+
+#define TEMP_PREFIX	".nextfs-restore."
 
 static void versions_usage(FILE *out)
 {
@@ -80,33 +93,36 @@ static void versions_usage(FILE *out)
 		"(data, mode, owner where permitted, times, xattrs) to DEST\n"
 		"(default: PATH), replacing it atomically; the snapshot is only\n"
 		"read.  DEST an existing directory: into it.  Directories are not\n"
-		"restored (copy them with cp -a from MNT/.snapshots/NAME).\n");
+		"restored (copy them with cp -a from MNT/.snapshots/NAME).\n"
+		"No symbolic link below the mountpoint is followed in PATH or DEST,\n"
+		"nor another user's anywhere, nor any inside a snapshot.\n");
 }
 
-static char *path_in(const char *mnt, const char *snap, const char *rel)
+/* Where REL is in snapshot SNAP (NULL: the live tree), below the root. */
+static char *rel_in(const char *snap, const char *rel)
 {
 	char *p = NULL;
 
-	if (snap ? asprintf(&p, "%s/%s/%s%s", mnt, NX_SNAPDIR_NAME, snap,
-			    rel) < 0
-		 : asprintf(&p, "%s%s", mnt, rel[0] ? rel : "/") < 0)
+	if (snap ? asprintf(&p, "%s/%s%s", NX_SNAPDIR_NAME, snap, rel) < 0
+		 : asprintf(&p, "%s", rel) < 0)
 		return NULL;
 	return p;
 }
 
 /*
  * A path inside a snapshot view names the same file as its live path:
- * strip "/.snapshots/NAME" from REL.
+ * strip "/.snapshots/NAME" from REL.  Returns whether it did.
  */
-static void strip_snapshot_view(char *rel)
+static int strip_snapshot_view(char *rel)
 {
 	size_t n = strlen("/" NX_SNAPDIR_NAME "/");
 	char *rest;
 
 	if (strncmp(rel, "/" NX_SNAPDIR_NAME "/", n))
-		return;
+		return 0;
 	rest = strchr(rel + n, '/');
 	memmove(rel, rest ? rest : "", strlen(rest ? rest : "") + 1);
+	return 1;
 }
 
 static int same_time(const struct timespec *a, const struct timespec *b)
@@ -115,7 +131,8 @@ static int same_time(const struct timespec *a, const struct timespec *b)
 }
 
 /* Is occurrence O the version V (see the top of the file)? */
-static int is_version(const struct occ *o, const struct version *v)
+static int is_version(int root, const struct occ *o,
+		      const struct version *v)
 {
 	const struct stat *a = &o->st, *b = &v->first->st;
 
@@ -124,10 +141,11 @@ static int is_version(const struct occ *o, const struct version *v)
 		return 0;
 	if (same_time(&a->st_ctim, &b->st_ctim) || S_ISDIR(a->st_mode))
 		return 1;
+	/* unreadable (-1) counts as another version */
 	if (S_ISREG(a->st_mode))
-		return !nx_cli_files_differ(o->path, v->first->path);
+		return !nx_cli_files_differ(root, o->rel, root, v->first->rel);
 	if (S_ISLNK(a->st_mode))
-		return !nx_cli_links_differ(o->path, v->first->path);
+		return !nx_cli_links_differ(root, o->rel, root, v->first->rel);
 	return a->st_rdev == b->st_rdev;
 }
 
@@ -137,7 +155,7 @@ static int add_occurrence(struct history *h, struct occ *o)
 	int i;
 
 	for (i = 0; i < h->nv; i++)
-		if (is_version(o, &h->v[i]))
+		if (is_version(h->where.mnt.fd, o, &h->v[i]))
 			break;
 	v = &h->v[i];
 	if (i == h->nv) {
@@ -160,13 +178,13 @@ static void history_free(struct history *h)
 	int i;
 
 	for (i = 0; h->occ && i <= h->snaps.n; i++)
-		free(h->occ[i].path);
+		free(h->occ[i].rel);
 	for (i = 0; i < h->nv; i++)
 		free(h->v[i].snaps);
 	free(h->occ);
 	free(h->v);
-	free(h->mnt);
 	free(h->rel);
+	nx_sp_place_free(&h->where);
 	nx_cli_snaps_free(&h->snaps);
 }
 
@@ -174,9 +192,9 @@ static void history_free(struct history *h)
  * stat() shows the take time as the mtime of a snapshot's root (so that
  * ls -lt sorts snapshots); the root's history needs its real mtime.
  */
-static void real_root_mtime(const char *path, struct stat *st)
+static void real_root_mtime(int root, const char *rel, struct stat *st)
 {
-	int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	int fd = nx_sp_open(root, rel, O_RDONLY | O_DIRECTORY);
 	struct nx_ioc_time t;
 
 	if (fd < 0)
@@ -188,16 +206,45 @@ static void real_root_mtime(const char *path, struct stat *st)
 	close(fd);
 }
 
-/* Find PATH's mount and snapshots and sort its occurrences. */
+/* PATH could not be resolved: say why, in the words of safepath.h. */
+static void path_error(const char *what, const char *path, int err)
+{
+	if (err == EMEDIUMTYPE)
+		nx_cli_error("%s%s is not on a nextfs mount", what, path);
+	else
+		nx_cli_error("%s%s: %s", what, path, nx_sp_why(err));
+}
+
+/* Absent, or could not be looked at? */
+static int means_absent(int err)
+{
+	/* ELOOP, EXDEV: a directory of the path is a symbolic link or a
+	 * mountpoint there; what it leads to is not in that tree. */
+	return err == ENOENT || err == ENOTDIR || err == ELOOP ||
+	       err == EXDEV;
+}
+
+/*
+ * Find PATH's mount and snapshots and sort its occurrences (there may be
+ * none: h->found).
+ */
 static int history_get(const char *path, struct history *h)
 {
-	int i, found = 0;
+	int i, root;
 
 	memset(h, 0, sizeof(*h));
-	if (nx_cli_mount_of_path(path, &h->mnt, &h->rel))
+	h->where.mnt.fd = h->where.dirfd = -1;
+	if (nx_sp_locate(path, NX_SP_FUSE, &h->where)) {
+		path_error("", path, errno);
 		return NX_CLI_FAIL;
-	strip_snapshot_view(h->rel);
-	if (nx_cli_snaps_get(h->mnt, &h->snaps, NULL))
+	}
+	root = h->where.mnt.fd;
+	h->rel = strdup(h->where.rel);
+	if (!h->rel)
+		goto nomem;
+	h->in_view = strip_snapshot_view(h->rel);
+	if (nx_cli_mount_snapshots(h->where.mnt.path, &h->snaps.s,
+				   &h->snaps.n, &h->snaps.blocksize))
 		return NX_CLI_FAIL;
 	h->occ = calloc(h->snaps.n + 1, sizeof(*h->occ));
 	h->v = calloc(h->snaps.n + 1, sizeof(*h->v));
@@ -207,29 +254,25 @@ static int history_get(const char *path, struct history *h)
 		struct occ *o = &h->occ[i];
 
 		o->snap = i < h->snaps.n ? i : -1;
-		o->path = path_in(h->mnt, o->snap < 0 ? NULL :
-				  h->snaps.s[i].name, h->rel);
-		if (!o->path)
+		o->rel = rel_in(o->snap < 0 ? NULL : h->snaps.s[i].name,
+				h->rel);
+		if (!o->rel)
 			goto nomem;
-		if (lstat(o->path, &o->st) < 0) {
-			if (errno != ENOENT && errno != ENOTDIR) {
-				nx_cli_error("%s: %s", o->path,
-					     strerror(errno));
+		if (nx_sp_lstat(root, o->rel, &o->st) < 0) {
+			if (!means_absent(errno)) {
+				nx_cli_error("%s/%s: %s", h->where.mnt.path,
+					     o->rel, strerror(errno));
 				return NX_CLI_FAIL;
 			}
+			o->why = errno;
 			o->st.st_mode = 0;	/* absent here */
 			continue;
 		}
 		if (!h->rel[0])
-			real_root_mtime(o->path, &o->st);
-		found++;
+			real_root_mtime(root, o->rel, &o->st);
+		h->found++;
 		if (add_occurrence(h, o))
 			goto nomem;
-	}
-	if (!found) {
-		nx_cli_error("%s: in no snapshot and not in the live tree",
-			     path);
-		return NX_CLI_FAIL;
 	}
 	return NX_CLI_OK;
 nomem:
@@ -294,7 +337,7 @@ static void print_json(const struct history *h)
 
 	nx_json_init(&j, stdout);
 	nx_json_open(&j, NULL, '{');
-	nx_json_str(&j, "mount", h->mnt);
+	nx_json_str(&j, "mount", h->where.mnt.path);
 	nx_json_str(&j, "path", h->rel[0] ? h->rel : "/");
 	nx_json_open(&j, "versions", '[');
 	for (i = 0; i < h->nv; i++) {
@@ -341,7 +384,7 @@ static void warn(const char *what, const char *path, int err)
 	free(q);
 }
 
-/* Copy SRC's data to FD, leaving holes where SRC has them. */
+/* Copy IN's data to FD, leaving holes where IN has them. */
 static int copy_data(int in, int fd, off_t size)
 {
 	static char buf[1 << 16];
@@ -382,33 +425,21 @@ static int copy_data(int in, int fd, off_t size)
 	return ftruncate(fd, size);
 }
 
-/* The xattrs of SRC (not followed) onto TMP (not followed). */
-static int copy_xattrs(const char *src, const char *tmp, const char *dest)
+/* The xattrs of the file IN holds onto the copy FD (descriptors only). */
+static int copy_xattrs(int in, int fd, const char *dest)
 {
-	ssize_t n = llistxattr(src, NULL, 0), vn, i;
-	char *names = NULL, *val = NULL;
+	size_t n, vn, i;
+	char *names = nx_sp_listxattr(in, &n), *val = NULL;
 	int rc = -1;
 
-	if (n < 0)
-		return errno == ENOTSUP ? 0 : -1;
-	names = malloc(n + 1);
 	if (!names)
-		return -1;
-	n = llistxattr(src, names, n);
-	if (n < 0)
-		goto out;
+		return errno == ENOTSUP ? 0 : -1;
 	for (i = 0; i < n; i += strlen(names + i) + 1) {
-		vn = lgetxattr(src, names + i, NULL, 0);
-		if (vn < 0)
-			goto out;
 		free(val);
-		val = malloc(vn + 1);
+		val = nx_sp_getxattr(in, names + i, &vn);
 		if (!val)
 			goto out;
-		vn = lgetxattr(src, names + i, val, vn);
-		if (vn < 0)
-			goto out;
-		if (lsetxattr(tmp, names + i, val, vn, 0) < 0) {
+		if (nx_sp_setxattr(fd, names + i, val, vn) < 0) {
 			if (errno != EPERM && errno != ENOTSUP &&
 			    errno != EACCES)
 				goto out;
@@ -423,70 +454,76 @@ out:
 }
 
 /* Owner where permitted: all of it, else the group alone, else warn. */
-static void copy_owner(const char *tmp, const struct stat *st,
-		       const char *dest)
+static void copy_owner(int fd, const struct stat *st, const char *dest)
 {
 	struct stat now;
 
-	if (lchown(tmp, st->st_uid, st->st_gid) == 0)
+	if (fchownat(fd, "", st->st_uid, st->st_gid, AT_EMPTY_PATH) == 0)
 		return;
 	if (errno == EPERM)
-		lchown(tmp, -1, st->st_gid);
-	if (lstat(tmp, &now) == 0 &&
+		fchownat(fd, "", -1, st->st_gid, AT_EMPTY_PATH);
+	if (fstat(fd, &now) == 0 &&
 	    (now.st_uid != st->st_uid || now.st_gid != st->st_gid))
 		warn("owner", dest, EPERM);
 }
 
-/* A new name beside DEST for the copy: DIR/.nextfs-restore.XXXXXX. */
-static char *temp_beside(const char *dest)
+/*
+ * The version O (below the mount's root ROOT) as a new file in the
+ * directory DIR, named TMP (NX_SP_TEMP_SIZE bytes; "" when none was
+ * made).  Everything through descriptors: the source opened without
+ * following anything, the copy made with O_EXCL, then fchown, fchmod,
+ * futimens, fsetxattr on it.
+ */
+static int make_copy(int root, const struct occ *o, int dir, char *tmp,
+		     const char *dest)
 {
-	const char *slash = strrchr(dest, '/');
-	char *tmp = NULL;
+	struct timespec times[2] = { o->st.st_atim, o->st.st_mtim };
+	int link = S_ISLNK(o->st.st_mode), in, fd = -1, rc = -1, e;
+	char *target = NULL;
+	struct stat st;
 
-	if (asprintf(&tmp, "%.*s.nextfs-restore.XXXXXX",
-		     slash ? (int)(slash - dest + 1) : 0, dest) < 0)
-		return NULL;
-	return tmp;
-}
-
-static int make_copy(const char *src, const struct stat *st,
-		     const char *tmp, const char *dest)
-{
-	struct timespec times[2] = { st->st_atim, st->st_mtim };
-	int in = -1, fd = -1, rc = -1;
-	char target[PATH_MAX];
-	ssize_t n;
-
-	if (S_ISLNK(st->st_mode)) {
-		n = readlink(src, target, sizeof(target) - 1);
-		if (n < 0)
-			return -1;
-		target[n] = 0;
-		unlink(tmp);		/* made by mkstemp: reuse its name */
-		if (symlink(target, tmp) < 0)
-			return -1;
+	tmp[0] = 0;
+	in = nx_sp_open(root, o->rel, link ? O_PATH : O_RDONLY);
+	if (in < 0 || fstat(in, &st) < 0)
+		goto out;
+	if ((st.st_mode & S_IFMT) != (o->st.st_mode & S_IFMT)) {
+		errno = ESTALE;
+		goto out;
+	}
+	if (link) {
+		target = nx_sp_readlink(in, "", NULL);
+		if (target)
+			fd = nx_sp_temp_symlink(dir, TEMP_PREFIX, target, tmp);
 	} else {
-		in = open(src, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-		fd = open(tmp, O_WRONLY | O_NOFOLLOW | O_CLOEXEC);
-		if (in < 0 || fd < 0 || copy_data(in, fd, st->st_size))
+		fd = nx_sp_temp_file(dir, TEMP_PREFIX, tmp);
+		if (fd >= 0 && copy_data(in, fd, o->st.st_size))
 			goto out;
 	}
-	if (copy_xattrs(src, tmp, dest))
+	if (fd < 0) {
+		tmp[0] = 0;
 		goto out;
-	copy_owner(tmp, st, dest);
+	}
+	if (copy_xattrs(in, fd, dest))
+		goto out;
+	copy_owner(fd, &o->st, dest);
 	/* after chown, which clears set-id bits */
-	if (!S_ISLNK(st->st_mode) && fchmod(fd, st->st_mode & 07777) < 0)
+	if (!link && fchmod(fd, o->st.st_mode & 07777) < 0)
 		goto out;
-	if (utimensat(AT_FDCWD, tmp, times, AT_SYMLINK_NOFOLLOW) < 0)
+	if (utimensat(fd, "", times, AT_EMPTY_PATH) < 0)
 		goto out;
-	if (fd >= 0 && fsync(fd) < 0)
+	if (!link && fsync(fd) < 0)
 		goto out;
 	rc = 0;
 out:
+	e = errno;
 	if (in >= 0)
 		close(in);
-	if (fd >= 0 && close(fd) < 0)
+	if (fd >= 0 && close(fd) < 0 && !rc) {
+		e = errno;
 		rc = -1;
+	}
+	free(target);
+	errno = e;
 	return rc;
 }
 
@@ -500,30 +537,73 @@ static int find_snapshot(const struct history *h, const char *name)
 	return -1;
 }
 
-/* DEST, or DEST/BASENAME when DEST is a directory and SRC is not. */
-static char *restore_target(const struct history *h, const char *to,
-			    const struct stat *src)
+/*
+ * Where the copy goes: the directory *DIR (held open) and *NAME in it.
+ * Without TO, PATH itself: the directory PATH was resolved to (or, for
+ * a path inside a snapshot view, the live one, walked from the mount's
+ * root).  TO is resolved the same way as PATH; an existing directory
+ * (not a link to one) takes the file under its own name.
+ */
+static int restore_dest(const struct history *h, const char *to, int *dir,
+			char **name)
 {
-	const char *base = strrchr(h->rel, '/');
-	char *dest = NULL;
+	const char *base = strrchr(h->rel, '/') + 1;
+	struct nx_sp_place d;
+	struct stat st;
 
-	if (!to)
-		return path_in(h->mnt, NULL, h->rel);
-	if (!S_ISDIR(src->st_mode) && nx_cli_is_dir(to)) {
-		if (asprintf(&dest, "%s/%s", to, base ? base + 1 : "") < 0)
-			return NULL;
-		return dest;
+	*dir = -1;
+	*name = NULL;
+	if (!to && !h->in_view) {
+		*dir = fcntl(h->where.dirfd, F_DUPFD_CLOEXEC, 0);
+		*name = strdup(h->where.base);
+	} else if (!to) {
+		*dir = nx_sp_open_parent(h->where.mnt.fd, h->rel, name);
+		if (*dir < 0) {
+			nx_cli_error("%s%s: %s", h->where.mnt.path, h->rel,
+				     nx_sp_why(errno));
+			return NX_CLI_FAIL;
+		}
+	} else {
+		if (nx_sp_locate(to, 0, &d)) {
+			path_error("--to ", to, errno);
+			return NX_CLI_FAIL;
+		}
+		if (!d.base[0]) {
+			*dir = fcntl(d.mnt.fd, F_DUPFD_CLOEXEC, 0);
+			*name = strdup(base);
+		} else if (fstatat(d.dirfd, d.base, &st,
+				   AT_SYMLINK_NOFOLLOW) == 0 &&
+			   S_ISDIR(st.st_mode)) {
+			*dir = openat(d.dirfd, d.base, O_PATH | O_DIRECTORY |
+				      O_NOFOLLOW | O_CLOEXEC);
+			*name = strdup(base);
+		} else {
+			*dir = fcntl(d.dirfd, F_DUPFD_CLOEXEC, 0);
+			*name = strdup(d.base);
+		}
+		nx_sp_place_free(&d);
 	}
-	return strdup(to);
+	if (*dir < 0 || !*name) {
+		nx_cli_error("%s: %s", to ? to : "restore", *dir < 0 ?
+			     strerror(errno) : "out of memory");
+		if (*dir >= 0)
+			close(*dir);
+		free(*name);
+		*dir = -1;
+		*name = NULL;
+		return NX_CLI_FAIL;
+	}
+	return NX_CLI_OK;
 }
 
 static int restore_version(const char *path, const char *name,
 			   const char *to)
 {
-	char q[NX_QUOTED_NAME_SIZE], *dest = NULL, *tmp = NULL;
+	char q[NX_QUOTED_NAME_SIZE], tmp[NX_SP_TEMP_SIZE], *dest = NULL;
+	const char *shown = to ? to : path;
 	struct history h;
 	struct occ *o;
-	int i, fd, rc = history_get(path, &h);
+	int i, dir = -1, rc = history_get(path, &h);
 
 	if (rc)
 		goto out;
@@ -531,10 +611,16 @@ static int restore_version(const char *path, const char *name,
 	nx_out_quote(q, sizeof(q), name, strlen(name));
 	i = find_snapshot(&h, name);
 	if (i < 0) {
-		nx_cli_error("no snapshot %s on %s", q, h.mnt);
+		nx_cli_error("no snapshot %s on %s", q, h.where.mnt.path);
 		goto out;
 	}
 	o = &h.occ[i];
+	if (!o->st.st_mode && o->why == ELOOP) {
+		nx_cli_error("%s: not in snapshot %s (a directory of its path "
+			     "is a symbolic link there, which is not "
+			     "followed)", path, q);
+		goto out;
+	}
 	if (!o->st.st_mode) {
 		nx_cli_error("%s: not in snapshot %s", path, q);
 		goto out;
@@ -542,33 +628,25 @@ static int restore_version(const char *path, const char *name,
 	if (!S_ISREG(o->st.st_mode) && !S_ISLNK(o->st.st_mode)) {
 		nx_cli_error("%s is a %s in snapshot %s: only files and "
 			     "symlinks are restored (copy it with cp -a "
-			     "from %s)", path, type_name(o->st.st_mode), q,
-			     o->path);
+			     "from %s/%s)", path, type_name(o->st.st_mode), q,
+			     h.where.mnt.path, o->rel);
 		rc = NX_CLI_USAGE;
 		goto out;
 	}
-	dest = restore_target(&h, to, &o->st);
-	tmp = dest ? temp_beside(dest) : NULL;
-	if (!tmp) {
-		nx_cli_error("out of memory");
+	if (restore_dest(&h, to, &dir, &dest))
 		goto out;
-	}
-	fd = mkstemp(tmp);
-	if (fd < 0) {
-		nx_cli_error("cannot create a file beside %s: %s", dest,
-			     strerror(errno));
-		goto out;
-	}
-	close(fd);
-	if (make_copy(o->path, &o->st, tmp, dest) || rename(tmp, dest) < 0) {
+	if (make_copy(h.where.mnt.fd, o, dir, tmp, shown) ||
+	    renameat(dir, tmp, dir, dest) < 0) {
 		nx_cli_error("cannot restore %s from snapshot %s to %s: %s",
-			     path, q, dest, strerror(errno));
-		unlink(tmp);
+			     path, q, shown, nx_sp_why(errno));
+		if (tmp[0])
+			unlinkat(dir, tmp, 0);
 		goto out;
 	}
 	rc = NX_CLI_OK;
 out:
-	free(tmp);
+	if (dir >= 0)
+		close(dir);
 	free(dest);
 	history_free(&h);
 	return rc;
@@ -637,6 +715,11 @@ int nx_cmd_versions(int argc, char **argv)
 	if (restore)
 		return restore_version(path, restore, to);
 	rc = history_get(path, &h);
+	if (!rc && !h.found) {
+		nx_cli_error("%s: in no snapshot and not in the live tree",
+			     path);
+		rc = NX_CLI_FAIL;
+	}
 	if (!rc) {
 		if (json)
 			print_json(&h);

@@ -2,46 +2,89 @@
  * compare.c - do two files of a mount hold the same thing?  Shared by
  * "nextfs diff" on a mountpoint and "nextfs versions", which compare a
  * file in two trees (snapshot views or the live tree) when its inode's
- * attributes alone cannot tell.
+ * attributes alone cannot tell.  The files are opened below the trees'
+ * directories with nx_sp_open() (safepath.h): a name on the way that a
+ * user swapped for a symbolic link is not followed, and paths of any
+ * length work.
  */
+#include <errno.h>
 #include <fcntl.h>
-#include <limits.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 #include "cli.h"
+#include "safepath.h"
 
-int nx_cli_files_differ(const char *a, const char *b)
+#define CHUNK	65536
+
+/* Read up to N bytes (fewer only at the end of the file). */
+static ssize_t read_full(int fd, char *buf, size_t n)
 {
-	char ba[65536], bb[65536];
-	int fa = open(a, O_RDONLY | O_CLOEXEC), fb = open(b, O_RDONLY |
-							    O_CLOEXEC);
-	int differs = 1;
+	size_t got = 0;
+	ssize_t k;
 
-	if (fa < 0 || fb < 0)
-		goto out;
-	for (;;) {
-		ssize_t na = read(fa, ba, sizeof(ba)), nb = read(fb, bb,
-							       sizeof(bb));
-
-		if (na < 0 || nb < 0 || na != nb || memcmp(ba, bb, na))
-			goto out;
-		if (!na)
+	while (got < n) {
+		k = read(fd, buf + got, n - got);
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k < 0)
+			return -1;
+		if (k == 0)
 			break;
+		got += (size_t)k;
 	}
-	differs = 0;
-out:
+	return (ssize_t)got;
+}
+
+int nx_cli_files_differ(int da, const char *ra, int db, const char *rb)
+{
+	int fa = nx_sp_open(da, ra, O_RDONLY), fb = -1, rc = -1, e;
+	char *ba = malloc(CHUNK), *bb = malloc(CHUNK);
+	ssize_t na, nb;
+
+	if (fa >= 0)
+		fb = nx_sp_open(db, rb, O_RDONLY);
+	if (!ba || !bb)
+		errno = ENOMEM;
+	while (fb >= 0 && ba && bb && rc < 0) {
+		na = read_full(fa, ba, CHUNK);
+		nb = na < 0 ? -1 : read_full(fb, bb, CHUNK);
+		if (na < 0 || nb < 0)
+			break;
+		if (na != nb || memcmp(ba, bb, (size_t)na))
+			rc = 1;
+		else if (!na)
+			rc = 0;
+	}
+	e = errno;
 	if (fa >= 0)
 		close(fa);
 	if (fb >= 0)
 		close(fb);
-	return differs;
+	free(ba);
+	free(bb);
+	errno = e;
+	return rc;
 }
 
-int nx_cli_links_differ(const char *a, const char *b)
+int nx_cli_links_differ(int da, const char *ra, int db, const char *rb)
 {
-	char ta[PATH_MAX], tb[PATH_MAX];
-	ssize_t na = readlink(a, ta, sizeof(ta)), nb = readlink(b, tb,
-								sizeof(tb));
+	int fa = nx_sp_open(da, ra, O_PATH), fb = -1, rc = -1, e;
+	char *ta = NULL, *tb = NULL;
+	size_t la, lb;
 
-	return na != nb || (na > 0 && memcmp(ta, tb, na));
+	if (fa >= 0)
+		fb = nx_sp_open(db, rb, O_PATH);
+	if (fb >= 0 && (ta = nx_sp_readlink(fa, "", &la)) &&
+	    (tb = nx_sp_readlink(fb, "", &lb)))
+		rc = la != lb || memcmp(ta, tb, la);
+	e = errno;
+	if (fa >= 0)
+		close(fa);
+	if (fb >= 0)
+		close(fb);
+	free(ta);
+	free(tb);
+	errno = e;
+	return rc;
 }

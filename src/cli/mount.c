@@ -16,6 +16,7 @@
 #include "nextfs/nxioctl.h"
 #include "nextfs/snapshot.h"
 #include "cli.h"
+#include "safepath.h"
 
 int nx_cli_is_dir(const char *path)
 {
@@ -24,14 +25,29 @@ int nx_cli_is_dir(const char *path)
 	return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
+int nx_cli_mount_root(const char *mnt, int flags)
+{
+	struct nx_sp_mount m;
+	int fd;
+
+	if (nx_sp_mount_open(mnt, flags | NX_SP_FUSE, &m)) {
+		if (errno == EINVAL || errno == EMEDIUMTYPE)
+			nx_cli_error("%s is not the mountpoint of a nextfs "
+				     "volume", mnt);
+		else
+			nx_cli_error("%s: %s", mnt, nx_sp_why(errno));
+		return -1;
+	}
+	fd = m.fd;
+	m.fd = -1;
+	nx_sp_mount_close(&m);
+	return fd;
+}
+
 /* The root of the mount at MNT, open for ioctls; -1 after a message. */
 static int open_mount(const char *mnt)
 {
-	int fd = open(mnt, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-
-	if (fd < 0)
-		nx_cli_error("%s: %s", mnt, strerror(errno));
-	return fd;
+	return nx_cli_mount_root(mnt, 0);
 }
 
 static void not_nextfs(const char *mnt, int err)
@@ -125,24 +141,6 @@ int nx_cli_mount_volinfo(const char *mnt, struct nx_ioc_volinfo *vi)
 	return rc;
 }
 
-/* Undo the octal escapes of /proc/self/mountinfo in place. */
-static void unescape_mountinfo(char *s)
-{
-	char *out = s;
-
-	for (; *s; s++) {
-		if (s[0] == '\\' && s[1] >= '0' && s[1] <= '3' &&
-		    s[2] >= '0' && s[2] <= '7' && s[3] >= '0' && s[3] <= '7') {
-			*out++ = (char)((s[1] - '0') * 64 + (s[2] - '0') * 8 +
-					(s[3] - '0'));
-			s += 3;
-		} else {
-			*out++ = *s;
-		}
-	}
-	*out = 0;
-}
-
 /* Is SOURCE (a mount's source) the file or device IMG (stat'ed)? */
 static int same_volume(const char *source, const struct stat *img)
 {
@@ -155,61 +153,58 @@ static int same_volume(const char *source, const struct stat *img)
 	return st.st_dev == img->st_dev && st.st_ino == img->st_ino;
 }
 
-/*
- * Fields of a mountinfo line: 5 is the mountpoint; after the " - "
- * separator come the type and the source.
- */
-static int parse_mountinfo(char *line, char **mnt, char **type,
-			   char **source)
-{
-	char *save = NULL, *tok;
-	int field = 0, after_dash = 0;
+struct find_mount {
+	struct stat img;
+	char *found;
+};
 
-	*mnt = *type = *source = NULL;
-	for (tok = strtok_r(line, " \n", &save); tok;
-	     tok = strtok_r(NULL, " \n", &save)) {
-		field++;
-		if (!after_dash) {
-			if (field == 5)
-				*mnt = tok;
-			else if (field > 6 && !strcmp(tok, "-"))
-				after_dash = field;
-		} else if (field == after_dash + 1) {
-			*type = tok;
-		} else if (field == after_dash + 2) {
-			*source = tok;
-			break;
-		}
-	}
-	return *mnt && *type && *source;
+static int serves_image(void *priv, const struct nx_sp_mntent *e)
+{
+	struct find_mount *f = priv;
+
+	/* fuse.nextfs, or fuseblk with any subtype: asked later */
+	if (strncmp(e->type, "fuse", 4) || !same_volume(e->source, &f->img))
+		return 0;
+	f->found = strdup(e->mnt);
+	return 1;
 }
 
 char *nx_cli_find_mount(const char *image)
 {
-	FILE *f = fopen("/proc/self/mountinfo", "re");
-	char *line = NULL, *found = NULL, *mnt, *type, *source;
-	size_t cap = 0;
-	struct stat img;
+	struct find_mount f = { .found = NULL };
 
-	if (!f || stat(image, &img) != 0) {
-		if (f)
-			fclose(f);
+	if (stat(image, &f.img) != 0)
 		return NULL;
+	nx_sp_mountinfo_each(serves_image, &f);
+	return f.found;
+}
+
+/*
+ * The nextfs mount of the directory TARGET (*MNT: its mountpoint as
+ * mountinfo spells it, which nx_cli_mount_root() checks again at each
+ * use).  A command that writes (not NX_VOL_RDONLY) acts on
+ * MNT/.snapshots, which only the root has: TARGET must be that root.
+ */
+static int mountpoint_of(const char *target, int flags, char **mnt)
+{
+	struct nx_sp_place p;
+
+	if (nx_sp_locate(target, NX_SP_FUSE | NX_SP_FOLLOW_LAST, &p)) {
+		if (errno == EMEDIUMTYPE)
+			nx_cli_error("%s is not the mountpoint of a nextfs "
+				     "volume", target);
+		else
+			nx_cli_error("%s: %s", target, nx_sp_why(errno));
+		return NX_CLI_FAIL;
 	}
-	while (!found && getline(&line, &cap, f) > 0) {
-		if (!parse_mountinfo(line, &mnt, &type, &source))
-			continue;
-		/* fuse.nextfs, or fuseblk with any subtype: asked below */
-		if (strncmp(type, "fuse", 4))
-			continue;
-		unescape_mountinfo(source);
-		unescape_mountinfo(mnt);
-		if (same_volume(source, &img))
-			found = strdup(mnt);
-	}
-	free(line);
-	fclose(f);
-	return found;
+	if (p.rel[0] && !(flags & NX_VOL_RDONLY))
+		nx_cli_error("%s is not the mountpoint of a nextfs volume "
+			     "(it is below the one at %s)", target,
+			     p.mnt.path);
+	else if (!(*mnt = strdup(p.mnt.path)))
+		nx_cli_error("out of memory");
+	nx_sp_place_free(&p);
+	return *mnt ? NX_CLI_OK : NX_CLI_FAIL;
 }
 
 int nx_cli_open_target(const char *target, int flags, struct nx_volume **vol,
@@ -220,13 +215,8 @@ int nx_cli_open_target(const char *target, int flags, struct nx_volume **vol,
 
 	*vol = NULL;
 	*mnt = NULL;
-	if (nx_cli_is_dir(target)) {
-		*mnt = strdup(target);
-		if (*mnt)
-			return NX_CLI_OK;
-		nx_cli_error("out of memory");
-		return NX_CLI_FAIL;
-	}
+	if (nx_cli_is_dir(target))
+		return mountpoint_of(target, flags, mnt);
 	err = nx_volume_open(target, flags, vol, msg, sizeof(msg));
 	/* Served by nextfs-fuse: ask the daemon, through its mountpoint. */
 	if (err == EBUSY && (*mnt = nx_cli_find_mount(target)))
@@ -236,92 +226,4 @@ int nx_cli_open_target(const char *target, int flags, struct nx_volume **vol,
 		return NX_CLI_FAIL;
 	}
 	return NX_CLI_OK;
-}
-
-/*
- * Where PATH is: its directory resolved (the last component itself is
- * not followed, so a symlink's history is the symlink's), then the
- * FUSE mount whose mountpoint is the longest prefix of that.
- */
-static char *resolve_keep_last(const char *path)
-{
-	char *copy = strdup(path), *slash, *dir, *out = NULL;
-	const char *base;
-
-	if (!copy)
-		return NULL;
-	while (strlen(copy) > 1 && copy[strlen(copy) - 1] == '/')
-		copy[strlen(copy) - 1] = 0;
-	slash = strrchr(copy, '/');
-	base = slash ? slash + 1 : copy;
-	if (!*base || !strcmp(base, ".") || !strcmp(base, "..")) {
-		out = realpath(copy, NULL);	/* a directory */
-	} else {
-		if (slash == copy)
-			dir = realpath("/", NULL);
-		else if (slash) {
-			*slash = 0;
-			dir = realpath(copy, NULL);
-		} else {
-			dir = realpath(".", NULL);
-		}
-		if (dir && asprintf(&out, "%s%s%s", dir,
-				    strcmp(dir, "/") ? "/" : "", base) < 0)
-			out = NULL;
-		free(dir);
-	}
-	free(copy);
-	return out;
-}
-
-/* Is MNT PATH itself or a directory above it? */
-static int is_below(const char *path, const char *mnt)
-{
-	size_t n = strlen(mnt);
-
-	if (!strcmp(mnt, "/"))
-		return 1;
-	return !strncmp(path, mnt, n) && (path[n] == '/' || !path[n]);
-}
-
-int nx_cli_mount_of_path(const char *path, char **mnt, char **rel)
-{
-	FILE *f = fopen("/proc/self/mountinfo", "re");
-	char *line = NULL, *full = resolve_keep_last(path), *m, *type, *src;
-	size_t cap = 0, best = 0;
-	int fuse = 0;
-
-	*mnt = *rel = NULL;
-	if (!full || !f) {
-		nx_cli_error("%s: %s", path, strerror(errno));
-		goto out;
-	}
-	while (getline(&line, &cap, f) > 0) {
-		if (!parse_mountinfo(line, &m, &type, &src))
-			continue;
-		unescape_mountinfo(m);
-		if (!is_below(full, m) || strlen(m) < best)
-			continue;
-		/* the later of two mounts on one place is the visible one */
-		best = strlen(m);
-		free(*mnt);
-		*mnt = strdup(m);
-		fuse = !strncmp(type, "fuse", 4);
-	}
-	if (!*mnt || !fuse) {
-		nx_cli_error("%s is not on a nextfs mount", path);
-		goto out;
-	}
-	*rel = strdup(full + (strcmp(*mnt, "/") ? strlen(*mnt) : 0));
-out:
-	free(line);
-	free(full);
-	if (f)
-		fclose(f);
-	if (*mnt && !*rel) {
-		free(*mnt);
-		*mnt = NULL;
-		return NX_CLI_FAIL;
-	}
-	return *mnt ? NX_CLI_OK : NX_CLI_FAIL;
 }

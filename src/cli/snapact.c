@@ -12,6 +12,7 @@
 #include <unistd.h>
 #include "nextfs/snapshot.h"
 #include "cli.h"
+#include "safepath.h"
 
 /*
  * Dirty pages of files mapped with mmap (written, not msync'ed) are still
@@ -21,39 +22,64 @@
  */
 int nx_cli_flush_mount(const char *mnt)
 {
-	int fd = open(mnt, O_RDONLY | O_DIRECTORY | O_CLOEXEC), err = 0;
+	int fd = nx_cli_mount_root(mnt, 0), err = 0;
 
-	if (fd < 0 || syncfs(fd) < 0)
+	if (fd < 0)
+		return NX_CLI_FAIL;
+	if (syncfs(fd) < 0)
 		err = errno;
-	if (fd >= 0)
-		close(fd);
+	close(fd);
 	if (err)
 		nx_cli_error("cannot flush %s before the take: %s", mnt,
 			     strerror(err));
 	return err ? NX_CLI_FAIL : 0;
 }
 
-/* MNT/.snapshots/NAME into PATH (SIZE bytes); 0 or ENAMETOOLONG. */
-static errcode_t snap_path(char *path, size_t size, const char *mnt,
-			   const char *name)
+/*
+ * MNT/.snapshots, opened from the root of the mount MNT names, checked
+ * as nx_sp_mount_open() does: a mount that changed since the command
+ * found it fails instead of mkdir/rmdir acting somewhere else.  -1 with
+ * errno.
+ */
+static int open_snapdir(const char *mnt)
 {
-	int n = snprintf(path, size, "%s/%s/%s", mnt, NX_SNAPDIR_NAME, name);
+	struct nx_sp_mount m;
+	int fd, e;
 
-	return n < 0 || (size_t)n >= size ? ENAMETOOLONG : 0;
+	if (nx_sp_mount_open(mnt, NX_SP_FUSE | NX_SP_PATH_ONLY, &m))
+		return -1;
+	fd = openat(m.fd, NX_SNAPDIR_NAME, O_PATH | O_DIRECTORY | O_NOFOLLOW |
+		    O_CLOEXEC);
+	e = errno;
+	nx_sp_mount_close(&m);
+	errno = e;
+	return fd;
+}
+
+/* mkdir (TAKE) or rmdir .snapshots/NAME on the mount at MNT. */
+static errcode_t snapdir_op(const char *mnt, const char *name, int take)
+{
+	errcode_t err = nx_snap_name_check(name);
+	int fd;
+
+	if (err)
+		return err;
+	fd = open_snapdir(mnt);
+	if (fd < 0)
+		return errno;
+	if (take ? mkdirat(fd, name, 0755) : unlinkat(fd, name, AT_REMOVEDIR))
+		err = errno;
+	close(fd);
+	return err;
 }
 
 errcode_t nx_cli_take(void *target, const char *name)
 {
 	struct nx_cli_target *t = target;
-	char path[8192];
 	errcode_t err;
 
-	if (t->mnt) {
-		err = snap_path(path, sizeof(path), t->mnt, name);
-		if (!err && mkdir(path, 0755) < 0)
-			err = errno;
-		return err;
-	}
+	if (t->mnt)
+		return snapdir_op(t->mnt, name, 1);
 	nx_volume_lock(t->vol);
 	err = nx_snap_take(t->vol, name, NULL);
 	nx_volume_unlock(t->vol);
@@ -62,15 +88,10 @@ errcode_t nx_cli_take(void *target, const char *name)
 
 errcode_t nx_cli_delete(struct nx_cli_target *t, const char *name)
 {
-	char path[8192];
 	errcode_t err;
 
-	if (t->mnt) {
-		err = snap_path(path, sizeof(path), t->mnt, name);
-		if (!err && rmdir(path) < 0)
-			err = errno;
-		return err;
-	}
+	if (t->mnt)
+		return snapdir_op(t->mnt, name, 0);
 	nx_volume_lock(t->vol);
 	err = nx_snap_delete(t->vol, name);
 	nx_volume_unlock(t->vol);

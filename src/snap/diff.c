@@ -25,7 +25,6 @@
  * new locations it kept or was renamed to.
  */
 #include <errno.h>
-#include <limits.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -304,42 +303,143 @@ static mode_t ftype_mode(int ftype)
 	}
 }
 
-static errcode_t walk_dir(struct differ *d, int s, ext2_ino_t dir,
-			  char *path, size_t plen, int depth)
+/*
+ * Walking one tree: depth first with a stack of its own (a tree may be
+ * deeper than the C stack allows) and the path in a buffer that grows
+ * (names are not limited to PATH_MAX).  Directories cannot be hard
+ * linked, so one met twice is a loop in a damaged tree.
+ */
+struct wframe {
+	ext2_ino_t dir;
+	struct dent_list dl;
+	size_t next;			/* the entry to look at next */
+	size_t plen;			/* the path up to this directory */
+	int changed;
+};
+
+struct walk {
+	struct differ *d;
+	int s;
+	struct wframe *f;
+	size_t n, cap;
+	char *path;
+	size_t pcap;
+	ext2fs_inode_bitmap seen;	/* directories entered */
+};
+
+/* PATH = PATH[0..LEN) "/" NAME; its length, or 0 out of memory. */
+static size_t path_at(struct walk *w, size_t len, const char *name)
 {
-	struct dent_list dl = { 0 };
-	int changed = dir_changed(d, dir);
-	errcode_t err;
-	size_t i;
+	size_t need = len + 1 + strlen(name) + 1;
 
-	if (depth > 4096)
-		return EXT2_ET_DIR_CORRUPTED;	/* a directory loop */
-	err = ext2fs_dir_iterate(d->side[s].fs, dir, 0, NULL, collect_dent,
-				 &dl);
-	if (!err)
-		err = dl.err;
-	for (i = 0; i < dl.n && !err; i++) {
-		struct dent *e = &dl.v[i];
-		size_t nlen = strlen(e->name);
+	if (need > w->pcap) {
+		size_t cap = need > 2 * w->pcap ? need : 2 * w->pcap;
+		char *more = realloc(w->path, cap);
 
-		if (dir == EXT2_ROOT_INO && !strcmp(e->name, NX_SNAPDIR_NAME))
-			continue;	/* the snapshots themselves */
-		if (plen + 1 + nlen >= PATH_MAX)
-			continue;	/* cannot be named; not reported */
-		path[plen] = '/';
-		memcpy(path + plen + 1, e->name, nlen + 1);
-		if (changed || inode_changed(d, e->ino))
-			err = remember(d, s, e->ino, dir, e->name, path,
-				       ftype_mode(e->ftype));
-		if (!err && e->ftype == EXT2_FT_DIR)
-			err = walk_dir(d, s, e->ino, path, plen + 1 + nlen,
-				       depth + 1);
-		path[plen] = 0;
+		if (!more)
+			return 0;
+		w->path = more;
+		w->pcap = cap;
 	}
-	d->walked += dl.n + 1;
+	w->path[len] = '/';
+	strcpy(w->path + len + 1, name);
+	return need - 1;
+}
+
+/* Enter DIR, whose path is PATH[0..PLEN): list its entries. */
+static errcode_t enter_dir(struct walk *w, ext2_ino_t dir, size_t plen)
+{
+	struct differ *d = w->d;
+	struct wframe *f;
+	errcode_t err;
+
+	if (!dir || dir > d->vol->fs->super->s_inodes_count ||
+	    ext2fs_test_inode_bitmap2(w->seen, dir))
+		return EXT2_ET_DIR_CORRUPTED;	/* a directory loop */
+	ext2fs_mark_inode_bitmap2(w->seen, dir);
+	if (w->n == w->cap) {
+		size_t cap = w->cap ? 2 * w->cap : 64;
+		struct wframe *more = realloc(w->f, cap * sizeof(*more));
+
+		if (!more)
+			return EXT2_ET_NO_MEMORY;
+		w->f = more;
+		w->cap = cap;
+	}
+	f = &w->f[w->n++];
+	memset(f, 0, sizeof(*f));
+	f->dir = dir;
+	f->plen = plen;
+	f->changed = dir_changed(d, dir);
+	err = ext2fs_dir_iterate(d->side[w->s].fs, dir, 0, NULL, collect_dent,
+				 &f->dl);
+	return err ? err : f->dl.err;
+}
+
+static void leave_dir(struct walk *w)
+{
+	struct differ *d = w->d;
+	struct wframe *f = &w->f[--w->n];
+
+	d->walked += f->dl.n + 1;
 	if (d->prog && d->prog->fn)
 		d->prog->fn(d->prog->priv, "comparing", d->walked, d->total);
-	free(dl.v);
+	free(f->dl.v);
+}
+
+/* The next entry of the innermost directory: remember it, enter it. */
+static errcode_t walk_step(struct walk *w)
+{
+	struct differ *d = w->d;
+	struct wframe *f = &w->f[w->n - 1];
+	const struct dent *e;
+	size_t len;
+
+	if (f->next == f->dl.n) {
+		leave_dir(w);
+		return 0;
+	}
+	e = &f->dl.v[f->next++];
+	if (f->dir == EXT2_ROOT_INO && !strcmp(e->name, NX_SNAPDIR_NAME))
+		return 0;		/* the snapshots themselves */
+	len = path_at(w, f->plen, e->name);
+	if (!len)
+		return EXT2_ET_NO_MEMORY;
+	if (f->changed || inode_changed(d, e->ino)) {
+		errcode_t err = remember(d, w->s, e->ino, f->dir, e->name,
+					 w->path, ftype_mode(e->ftype));
+
+		if (err)
+			return err;
+	}
+	if (e->ftype == EXT2_FT_DIR)
+		return enter_dir(w, e->ino, len);
+	return 0;
+}
+
+static errcode_t walk_tree(struct differ *d, int s)
+{
+	struct walk w = { .d = d, .s = s };
+	errcode_t err;
+
+	err = ext2fs_allocate_inode_bitmap(d->vol->fs, "walked", &w.seen);
+	if (!err) {
+		w.path = malloc(w.pcap = 256);
+		if (!w.path)
+			err = EXT2_ET_NO_MEMORY;
+	}
+	if (!err) {
+		w.path[0] = 0;
+		err = enter_dir(&w, EXT2_ROOT_INO, 0);
+	}
+	while (!err && w.n)
+		err = walk_step(&w);
+	while (w.n)
+		free(w.f[--w.n].dl.v);
+	free(w.f);
+	free(w.path);
+	if (w.seen)
+		ext2fs_free_inode_bitmap(w.seen);
 	return err;
 }
 
@@ -574,15 +674,38 @@ out:
 	return differs;
 }
 
+/* The target of symlink INO on side S, malloced (*LEN bytes). */
+static char *read_target(struct differ *d, int s, ext2_ino_t ino,
+			 size_t *len)
+{
+	size_t size = 256;
+	char *buf = NULL, *more;
+
+	for (;;) {
+		more = realloc(buf, size);
+		if (!more)
+			break;
+		buf = more;
+		if (nx_readlink(d->side[s].v, ino, buf, size, len))
+			break;
+		if (*len < size)
+			return buf;
+		size = *len + 1;	/* it said how long it is */
+	}
+	free(buf);
+	return NULL;
+}
+
 static int symlink_differs(struct differ *d, ext2_ino_t ino)
 {
-	char a[EXT2_NAME_LEN * 16 + 1], b[sizeof(a)];
 	size_t la = 0, lb = 0;
+	char *a = read_target(d, 0, ino, &la);
+	char *b = a ? read_target(d, 1, ino, &lb) : NULL;
+	int differs = !a || !b || la != lb || memcmp(a, b, la);
 
-	if (nx_readlink(d->side[0].v, ino, a, sizeof(a), &la) ||
-	    nx_readlink(d->side[1].v, ino, b, sizeof(b), &lb))
-		return 1;
-	return la != lb || memcmp(a, b, la < sizeof(a) ? la : sizeof(a));
+	free(a);
+	free(b);
+	return differs;
 }
 
 /* Inode data as the user sees it: owner, mode, size, mtime, ... */
@@ -832,7 +955,6 @@ errcode_t nx_snap_diff(struct nx_volume *vol, const char *old_name,
 		       size_t msglen)
 {
 	struct differ d = { 0 };
-	char path[PATH_MAX];
 	errcode_t err;
 	size_t i;
 	int s;
@@ -855,10 +977,8 @@ errcode_t nx_snap_diff(struct nx_volume *vol, const char *old_name,
 	}
 	if (!err)
 		err = setup(&d);
-	for (s = 0; s < 2 && !err; s++) {
-		path[0] = 0;
-		err = walk_dir(&d, s, EXT2_ROOT_INO, path, 0, 0);
-	}
+	for (s = 0; s < 2 && !err; s++)
+		err = walk_tree(&d, s);
 	if (!err && inode_changed(&d, EXT2_ROOT_INO)) {
 		/* The root has no entry: remember it by hand. */
 		err = remember(&d, 0, EXT2_ROOT_INO, 0, "", "/", S_IFDIR);

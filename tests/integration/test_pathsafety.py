@@ -1,0 +1,378 @@
+#!/usr/bin/env python3
+"""Root's commands on paths another user controls (issue 24, 1, 2, 7).
+
+A root mount with allow_other where "nobody" owns a directory; root runs
+the nextfs tool on paths through it.  Nothing the user does to the paths
+may make root write (or read) outside the mount:
+- versions --restore while the user swaps a directory of the path for a
+  symbolic link to a root-only directory (RENAME_EXCHANGE from an
+  inotify watch that fires when root opens the file to compare it): no
+  file appears in the root-only directory;
+- a directory that was a symbolic link when a snapshot was taken is not
+  followed out of the snapshot: restore refuses, the host file is not
+  copied, versions does not show it;
+- --to DEST through the user's symbolic link fails; snapshot take/delete
+  on a user's directory with a planted .snapshots link fail; export to a
+  planted dangling link creates nothing.
+And nextfs diff lists trees 2000 directories deep (paths far longer than
+PATH_MAX) completely, with full names, on the mount and offline alike;
+an error (a file it cannot read, an output it cannot write) is a
+non-zero exit, never a silent guess.
+
+Runs once (no flavour): ext4 images, as root.
+"""
+
+import ctypes
+import os
+import select
+import signal
+import struct
+import subprocess
+
+import nxharness as nx
+import nxsnap
+from nxharness import NOBODY_UID as UID, NOGROUP_GID as GID
+from nxharness import read_file, write_file
+
+IN_OPEN = 0x20
+IN_CLOEXEC = 0o2000000
+DEPTH = 2000
+
+
+def tool(*args, user=None, stdout=subprocess.PIPE):
+    """(status, stdout bytes, stderr text) of the nextfs tool."""
+    argv = [nx.tool_path()] + list(args)
+    if user:
+        argv = nx.as_user_argv(*user) + argv
+    p = subprocess.run(argv, stdout=stdout, stderr=subprocess.PIPE,
+                       stdin=subprocess.DEVNULL)
+    err = p.stderr.decode(errors='replace')
+    rep = nx.sanitizer_report(err)
+    if rep:
+        raise AssertionError('sanitizer report:\n%s' % rep)
+    return p.returncode, p.stdout, err
+
+
+def ok(*args, **kw):
+    rc, out, err = tool(*args, **kw)
+    if rc != 0:
+        raise AssertionError('nextfs %r: exit %d\n%s' % (args, rc, err))
+    return out
+
+
+def snap(m, name):
+    os.mkdir(m.p('.snapshots', name))
+
+
+class Swapper:
+    """As nobody: when root opens WATCHED/NAME, exchange WATCHED with the
+    symbolic link LINK (RENAME_EXCHANGE), so that the path root resolved
+    names the link from then on."""
+
+    def __init__(self, watched, name, link):
+        r, w = os.pipe()
+        self.pid = os.fork()
+        if self.pid == 0:
+            code = 1
+            try:
+                os.close(r)
+                os.setgroups([])
+                os.setresgid(GID, GID, GID)
+                os.setresuid(UID, UID, UID)
+                code = self.watch(w, watched, name, link)
+            finally:
+                os._exit(code)
+        os.close(w)
+        self.ready = os.read(r, 1) == b'r'
+        self.pipe = r
+
+    @staticmethod
+    def watch(w, watched, name, link):
+        libc = ctypes.CDLL(None, use_errno=True)
+        fd = libc.inotify_init1(IN_CLOEXEC)
+        if fd < 0 or libc.inotify_add_watch(
+                fd, os.fsencode(watched), IN_OPEN) < 0:
+            return 1
+        os.write(w, b'r')
+        while True:
+            buf = os.read(fd, 4096)
+            off = 0
+            while off < len(buf):
+                _, mask, _, n = struct.unpack_from('iIII', buf, off)
+                ev = buf[off + 16:off + 16 + n].rstrip(b'\0')
+                off += 16 + n
+                if mask & IN_OPEN and ev == os.fsencode(name):
+                    nx.renameat2(watched, link, nx.RENAME_EXCHANGE)
+                    os.write(w, b's')
+                    return 0
+
+    def swapped(self, timeout=10):
+        """Whether the swap happened; the watcher is gone afterwards."""
+        done = select.select([self.pipe], [], [], timeout)[0]
+        res = os.read(self.pipe, 1) if done else b''
+        if not res:
+            os.kill(self.pid, signal.SIGKILL)
+        os.waitpid(self.pid, 0)
+        os.close(self.pipe)
+        return res == b's'
+
+
+class PathSafetyTest(nx.NxTestCase):
+
+    def setUp(self):
+        super().setUp()
+        self.need_root()
+        self.need_fuse_daemon()
+        # what root can reach and nobody cannot: the target of the links
+        self.rootonly = os.path.join(self.work, 'rootonly')
+        os.mkdir(self.rootonly, 0o700)
+        write_file(os.path.join(self.rootonly, 'secret'), b'root only\n',
+                   0o600)
+
+    def assertUntouched(self):
+        self.assertEqual(sorted(os.listdir(self.rootonly)), ['secret'],
+                         'root wrote outside the mount')
+        self.assertEqual(read_file(os.path.join(self.rootonly, 'secret')),
+                         b'root only\n')
+
+    def as_nobody(self, fn, *args):
+        return nx.run_as(UID, GID, fn, *args)
+
+    def snapmount(self, img):
+        return self.mounted(img, check=False)
+
+    def fsck(self, img):
+        rc, out = nxsnap.fsck_masked(img)
+        self.assertEqual(rc, 0, out)
+
+    # ------------------------------------------------------ versions
+
+    def test_restore_is_not_redirected(self):
+        img = self.make_image()
+        with self.snapmount(img) as m:
+            os.mkdir(m.p('u'), 0o755)
+            os.chown(m.p('u'), UID, GID)
+            d, f = m.p('u', 'd'), m.p('u', 'd', 'f')
+
+            def setup():
+                os.mkdir(d)
+                # big: comparing it takes root a while, time for the swap
+                write_file(f, nx.pattern(16 << 20))
+                os.utime(f, ns=(10**18, 10**18))
+                os.symlink(self.rootonly, m.p('u', 'x'))
+            self.as_nobody(setup)
+            snap(m, 's1')
+            # a chmod: same size and mtime, another ctime, so root opens
+            # the live file to compare it with s1's
+            self.as_nobody(os.chmod, f, 0o640)
+            sw = Swapper(d, 'f', m.p('u', 'x'))
+            self.assertTrue(sw.ready, 'no inotify watch')
+            rc, _, err = tool('versions', f, '--restore', 's1')
+            self.assertTrue(sw.swapped(), 'the swap did not happen: ' + err)
+            self.assertTrue(os.path.islink(d))
+            self.assertUntouched()
+            # the file went into the directory root had resolved (it is
+            # called x now), not where the path leads since
+            self.assertEqual(rc, 0, err)
+            self.assertEqual(os.stat(m.p('u', 'x', 'f')).st_mode & 0o777,
+                             0o644)
+            self.assertEqual(os.listdir(m.p('u', 'x')), ['f'])
+
+            # (c) --to through the user's link fails and writes nothing;
+            # so does a link outside the mount in a directory of theirs
+            g = m.p('u', 'g')
+            self.as_nobody(write_file, g, b'g\n')
+            snap(m, 's2')
+            rc, _, err = tool('versions', g, '--restore', 's2', '--to',
+                              m.p('u', 'd', 'out'))
+            self.assertEqual(rc, 1, err)
+            self.assertIn('symbolic link', err)
+            udir = os.path.join(self.work, 'udir')
+            os.mkdir(udir)
+            os.chown(udir, UID, GID)
+            self.as_nobody(os.symlink, self.rootonly,
+                           os.path.join(udir, 'ln'))
+            rc, _, err = tool('versions', g, '--restore', 's2', '--to',
+                              os.path.join(udir, 'ln', 'out'))
+            self.assertEqual(rc, 1, err)
+            self.assertIn('another user owns it', err)
+            self.assertUntouched()
+            # nor a link of theirs outside the mount into root's part of it
+            os.mkdir(m.p('rootdir'), 0o700)
+            self.as_nobody(os.symlink, m.p('rootdir'),
+                           os.path.join(udir, 'in'))
+            rc, _, err = tool('versions', g, '--restore', 's2', '--to',
+                              os.path.join(udir, 'in', 'out'))
+            self.assertEqual(rc, 1, err)
+            self.assertEqual(os.listdir(m.p('rootdir')), [])
+            # a DEST that is itself a link is replaced, not followed
+            dangling = m.p('u', 'x', 'dangling')
+            self.as_nobody(os.symlink, os.path.join(self.rootonly, 'new'),
+                           dangling)
+            ok('versions', g, '--restore', 's2', '--to', dangling)
+            self.assertFalse(os.path.islink(dangling))
+            self.assertEqual(read_file(dangling), b'g\n')
+            self.assertUntouched()
+        self.fsck(img)
+
+    def test_snapshot_side_link_is_not_followed(self):
+        img = self.make_image()
+        with self.snapmount(img) as m:
+            os.mkdir(m.p('u'), 0o755)
+            os.chown(m.p('u'), UID, GID)
+            e = m.p('u', 'e')
+            self.as_nobody(os.symlink, self.rootonly, e)
+            snap(m, 's')
+            # the link is in the snapshot; a real directory is live
+
+            def real_dir():
+                os.unlink(e)
+                os.mkdir(e)
+            self.as_nobody(real_dir)
+            secret = os.path.join(e, 'secret')
+            rc, _, err = tool('versions', secret, '--restore', 's')
+            self.assertEqual(rc, 1, err)
+            self.assertIn('not in snapshot s (a directory of its path is a '
+                          'symbolic link there', err)
+            self.assertFalse(os.path.lexists(secret))
+            rc, out, err = tool('versions', '--json', secret)
+            self.assertEqual((rc, out), (1, b''), err)
+            self.assertIn('in no snapshot and not in the live tree', err)
+            # through the snapshot view itself: the same file's history
+            rc, _, err = tool('versions', m.p('.snapshots', 's', 'u', 'e',
+                                              'secret'), '--restore', 's')
+            self.assertEqual(rc, 1, err)
+            self.assertFalse(os.path.lexists(secret))
+            self.assertUntouched()
+        self.fsck(img)
+
+    # ------------------------------------------- other root commands
+
+    def test_targets_and_outputs(self):
+        img = self.make_image()
+        with self.snapmount(img) as m:
+            os.mkdir(m.p('u'), 0o755)
+            os.chown(m.p('u'), UID, GID)
+            os.mkdir(os.path.join(self.rootonly, 'old'))
+            self.as_nobody(os.symlink, self.rootonly,
+                           m.p('u', '.snapshots'))
+            # a directory that is not the mount's root is no target
+            for cmd in (('snapshot', 'take', m.p('u'), 'new'),
+                        ('snapshot', 'delete', m.p('u'), 'old'),
+                        ('snapshot', 'run', m.p('u'), '--', 'true')):
+                rc, _, err = tool(*cmd)
+                self.assertNotEqual(rc, 0, cmd)
+                self.assertIn('not the mountpoint of a nextfs volume', err)
+            self.assertEqual(sorted(os.listdir(self.rootonly)),
+                             ['old', 'secret'])
+            os.rmdir(os.path.join(self.rootonly, 'old'))
+            ok('snapshot', 'take', m.path, 's')
+            # reading commands ask the daemon of the directory's mount
+            self.assertEqual(ok('snapshot', 'list', '--names0', m.p('u')),
+                             b's\0')
+        # export to a dangling link the user planted: refused, nothing
+        # created where it points; with --force the link is replaced
+        udir = os.path.join(self.work, 'udir')
+        os.mkdir(udir)
+        os.chown(udir, UID, GID)
+        out = os.path.join(udir, 'out.img')
+        self.as_nobody(os.symlink, os.path.join(self.rootonly, 'planted'),
+                       out)
+        rc, _, err = tool('export', img, 's', out)
+        self.assertEqual(rc, 1, err)
+        self.assertIn('exists', err)
+        self.assertUntouched()
+        ok('export', '--force', img, 's', out)
+        self.assertFalse(os.path.islink(out))
+        self.assertEqual(sorted(os.listdir(udir)), ['out.img'])
+        self.assertUntouched()
+        rc, fsck_out = nx.fsck(out)
+        self.assertEqual(rc, 0, fsck_out)
+        self.fsck(img)
+
+    # -------------------------------------------------------- diff
+
+    def test_diff_of_deep_trees(self):
+        img = self.make_image()
+        deep = '/' + '/'.join(['dd'] * DEPTH)
+        with self.snapmount(img) as m:
+            # a file it cannot read (as nobody: root's, mode 0600, only
+            # its ctime changed) is an error, not a guess of "changed"
+            # (lost+found readable: the walk itself is allowed)
+            os.chmod(m.p('lost+found'), 0o755)
+            write_file(m.p('private'), b'x', 0o600)
+            snap(m, 'p0')
+            os.chmod(m.p('private'), 0o600)
+            rc, out, err = tool('diff', m.path, 'p0', user=(UID, GID))
+            self.assertEqual(rc, 1, out)
+            self.assertIn('comparing /private: Permission denied', err)
+            # an output that cannot be written is an error
+            write_file(m.p('more'), b'more')
+            with open('/dev/full', 'wb') as full:
+                rc, _, err = tool('diff', m.path, 'p0', stdout=full)
+            self.assertEqual(rc, 1, err)
+            self.assertIn('No space left on device', err)
+            snap(m, 'empty')
+            fd = os.open(m.path, os.O_RDONLY | os.O_DIRECTORY)
+            for _ in range(DEPTH):
+                os.mkdir('dd', dir_fd=fd)
+                nfd = os.open('dd', os.O_RDONLY | os.O_DIRECTORY,
+                              dir_fd=fd)
+                os.close(fd)
+                fd = nfd
+            for name in ('leaf', 'old'):
+                wfd = os.open(name, os.O_WRONLY | os.O_CREAT, 0o644,
+                              dir_fd=fd)
+                os.write(wfd, b'A' * 100)
+                os.close(wfd)
+                os.utime(name, ns=(10**18, 10**18), dir_fd=fd)
+            snap(m, 'd0')
+            # after d0: content only (same size and mtime), a rename, a
+            # new file and another 600 directories, all at the bottom
+            wfd = os.open('leaf', os.O_WRONLY, dir_fd=fd)
+            os.write(wfd, b'B' * 100)
+            os.close(wfd)
+            os.utime('leaf', ns=(10**18, 10**18), dir_fd=fd)
+            os.rename('old', 'renamed', src_dir_fd=fd, dst_dir_fd=fd)
+            os.close(os.open('new', os.O_WRONLY | os.O_CREAT, 0o644,
+                             dir_fd=fd))
+            # a side directory at each level: the walk keeps more
+            # directories open than it may and opens some again
+            for _ in range(300):
+                os.mkdir('ee', dir_fd=fd)
+                os.mkdir('x', dir_fd=fd)
+                nfd = os.open('ee', os.O_RDONLY | os.O_DIRECTORY,
+                              dir_fd=fd)
+                os.close(fd)
+                fd = nfd
+            os.close(fd)
+            snap(m, 'd1')
+            want0 = (['M /'] +
+                     ['+ ' + deep[:3 * (i + 1)] for i in range(DEPTH)] +
+                     ['+ %s/leaf' % deep, '+ %s/old' % deep])
+            want1 = (['M ' + deep, 'M %s/leaf' % deep,
+                            'R %s/old -> %s/renamed' % (deep, deep),
+                            '+ %s/new' % deep] +
+                           ['+ %s%s' % (deep, '/ee' * (i + 1))
+                            for i in range(300)] +
+                           ['+ %s%s/x' % (deep, '/ee' * i)
+                            for i in range(300)])
+            got0 = ok('diff', m.path, 'empty', 'd0').decode().splitlines()
+            got1 = ok('diff', m.path, 'd0', 'd1').decode().splitlines()
+            self.assertListEqual(sorted(got0), sorted(want0))
+            self.assertListEqual(sorted(got1), sorted(want1))
+            self.assertEqual(got1, sorted(got1, key=lambda l: l[2:]),
+                             'sorted by path')
+        # offline: the same lists from the block maps
+        self.assertListEqual(ok('diff', img, 'empty', 'd0').decode()
+                             .splitlines(), got0)
+        self.assertListEqual(ok('diff', img, 'd0', 'd1').decode()
+                             .splitlines(), got1)
+        with open('/dev/full', 'wb') as full:
+            rc, _, err = tool('diff', img, 'empty', 'd0', stdout=full)
+        self.assertEqual(rc, 1, err)
+        self.fsck(img)
+
+
+if __name__ == '__main__':
+    nx.main()
