@@ -107,13 +107,30 @@ errcode_t nx_snap_take_moved(struct nx_volume *vol, blk64_t pblk,
 			     blk64_t count);
 
 /*
- * ENOSPC if allocating WANT more blocks for live data would eat into the
- * reserve kept for preserving metadata (s_snapshot_r_blocks_count), which
- * holds while a snapshot is active; nx_snap_reserved() is its size then,
- * else 0.
+ * The blocks live allocations of every writer (root too) leave free for
+ * the snapshots: on a volume served to writers (nx_snap_keep_headroom,
+ * called by the daemon) a small headroom at all times, so that a
+ * snapshot can be taken and committed when its writers filled the
+ * volume, plus, while a snapshot is active, its COW reserve
+ * (s_snapshot_r_blocks_count) less
+ * what it has drawn from it - copies of superblock, descriptors, bitmaps
+ * and inode tables, and its block map (cow.c).  Copies of anything else
+ * are charged to the writer who causes them (nx_snap_copies_needed, and
+ * reserve.h).  Published as vol->cow_reserve for the layers below.
+ * nx_snap_check_space() is ENOSPC if WANT more blocks would eat into it.
  */
 errcode_t nx_snap_check_space(struct nx_volume *vol, blk64_t want);
 blk64_t nx_snap_reserved(struct nx_volume *vol);
+void nx_snap_keep_headroom(struct nx_volume *vol);
+
+/*
+ * How many of the COUNT blocks from PBLK of a +C file with INODE a write
+ * in place would copy into the active snapshot: space the writer must
+ * have before the write (0 for other files, which move instead).
+ */
+blk64_t nx_snap_copies_needed(struct nx_volume *vol,
+			      const struct ext2_inode_large *inode,
+			      blk64_t pblk, blk64_t count);
 
 /*
  * Complete pending snapshot bookkeeping and write all dirty metadata;

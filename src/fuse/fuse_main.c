@@ -27,6 +27,7 @@
 #include "nextfs/inode.h"
 #include "nextfs/perm.h"
 #include "nextfs/reserve.h"
+#include "nextfs/snapshot.h"
 
 static int log_to_syslog;
 static char last_error[512];	/* the last nx_err() line: for "done" */
@@ -269,9 +270,14 @@ static int open_volume(struct nx_fuse *fs, const struct nx_fuse_config *cfg)
 		nx_err("%s", msg[0] ? msg : error_message(err));
 		return -1;
 	}
-	/* Writers without the right stop at the root-reserved blocks. */
-	if (!nx_volume_rdonly(fs->vol))
+	/*
+	 * Writers without the right stop at the root-reserved blocks, and
+	 * none takes the room a snapshot take needs (snapshot.h).
+	 */
+	if (!nx_volume_rdonly(fs->vol)) {
 		nx_reserve_install(fs->vol);
+		nx_snap_keep_headroom(fs->vol);
+	}
 	return 0;
 }
 

@@ -432,12 +432,16 @@ static void snapdir_readdir(fuse_req_t req, size_t size, off_t off, int plus)
 /*
  * The writer REQ comes from: may it use the root-reserved blocks?  Groups
  * are read (from /proc) only when a reserve group makes them matter.
+ * Then, while a snapshot is active: may it start a change at all
+ * (reserve.h)?  ONLY_INODES: the request rewrites inodes only.
  */
-static void writer_begin(fuse_req_t req)
+static errcode_t writer_begin(fuse_req_t req, int only_inodes)
 {
-	struct ext2_super_block *sb = live_fs(req)->vol->fs->super;
+	struct nx_volume *vol = live_fs(req)->vol;
+	struct ext2_super_block *sb = vol->fs->super;
 	const struct fuse_ctx *ctx = fuse_req_ctx(req);
 	struct nx_cred cred;
+	errcode_t err;
 
 	if (ctx->uid == 0 || ctx->uid == sb->s_def_resuid ||
 	    !sb->s_def_resgid || !ext2fs_r_blocks_count(sb)) {
@@ -447,25 +451,35 @@ static void writer_begin(fuse_req_t req)
 	} else {
 		get_cred(req, &cred);
 	}
-	nx_reserve_restrict(!nx_reserve_may_use(&cred, sb));
+	nx_reserve_writer(nx_reserve_may_use(&cred, sb) ? NX_WRITER_ROOT :
+			  NX_WRITER_USER);
+	nx_volume_lock(vol);
+	err = nx_reserve_may_change(vol, only_inodes);
+	nx_volume_unlock(vol);
+	return err;
 }
 
 /*
  * Changing operations: EROFS in a view, EPERM in .snapshots; live ones
  * allocate as their writer may (reserve.h).
  */
-#define DISPATCH_CHANGE(req, nodeid, op_call)				\
+#define DISPATCH_CHANGE_AS(req, nodeid, only_inodes, op_call)		\
 	do {								\
 		uint64_t sp_ = space_of(nodeid);			\
 		if (sp_ == 0) {						\
-			writer_begin(req);				\
-			op_call;					\
-			nx_reserve_restrict(0);				\
+			errcode_t e_ = writer_begin(req, only_inodes);	\
+			if (e_)						\
+				fuse_reply_err(req, nx_errno(e_));	\
+			else						\
+				op_call;				\
+			nx_reserve_writer(NX_WRITER_OWN);		\
 		} else {						\
 			fuse_reply_err(req, sp_ == NX_SPACE_SNAPDIR ?	\
 				       EPERM : EROFS);			\
 		}							\
 	} while (0)
+#define DISPATCH_CHANGE(req, nodeid, op_call)				\
+	DISPATCH_CHANGE_AS(req, nodeid, 0, op_call)
 
 static void s_init(void *userdata, struct fuse_conn_info *conn)
 {
@@ -554,8 +568,14 @@ static void s_setattr(fuse_req_t req, fuse_ino_t nodeid, struct stat *attr,
 {
 	struct nx_fuse *live = live_fs(req);	/* REQ is gone after the reply */
 
-	DISPATCH_CHANGE(req, nodeid,
-			nx_fuse_ops.setattr(req, nodeid, attr, to_set, fi));
+	/*
+	 * Owners and times live in the inode only; a size change rewrites
+	 * the block map, a mode change a POSIX ACL (in an xattr block).
+	 */
+	DISPATCH_CHANGE_AS(req, nodeid,
+			   !(to_set & (FUSE_SET_ATTR_SIZE | FUSE_SET_ATTR_MODE)),
+			   nx_fuse_ops.setattr(req, nodeid, attr, to_set,
+					       fi));
 	/* .snapshots shows the owner of "/". */
 	if (nodeid == FUSE_ROOT_ID)
 		snapdir_changed(live);
