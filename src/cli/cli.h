@@ -129,6 +129,8 @@ struct nx_cli_snaps {
 	int n;
 	unsigned blocksize;
 	char *mnt;			/* the mount asked, or NULL (offline) */
+	int partial;			/* the daemon gave only the public part
+					   of the superblock (nxioctl.h) */
 };
 
 /* ... and, if SB is not NULL, the volume's superblock as it is now. */
