@@ -415,6 +415,8 @@ int nx_fuse_main(const struct nx_fuse_config *cfg)
 	fs.timeout = NX_FUSE_TIMEOUT;
 	nx_idmap_init(&fs.idmap, cfg->fakeroot);
 	fs.ino32 = cfg->ino32;
+	fs.snap_group_set = cfg->snapshot_group;
+	fs.snap_group = cfg->snapshot_gid;
 	fuse_set_log_func(nx_log);
 	fs.nodes = nx_nodes_new();
 	if (!fs.nodes) {

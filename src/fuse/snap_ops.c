@@ -205,7 +205,9 @@ static void leave_view(void)
  * .snapshots: owned like "/" (whoever owns the volume's root takes
  * snapshots), one link per snapshot, the newest take as mtime.  Asked
  * whenever the kernel's copy expires, on the way to any snapshot: no I/O
- * beyond the root inode.
+ * beyond the root inode.  With -o snapshot_group its group is that one,
+ * with write permission: the kernel (default_permissions) then lets the
+ * members mkdir and rmdir in it, as may_manage_snapshots() does.
  */
 static void snapdir_stat(struct nx_fuse *live, struct stat *st)
 {
@@ -223,6 +225,10 @@ static void snapdir_stat(struct nx_fuse *live, struct stat *st)
 	/* Owned like "/": whoever owns the volume's root takes snapshots. */
 	st->st_ino = NX_SNAPDIR_STINO;
 	st->st_mode = S_IFDIR | 0755;
+	if (live->snap_group_set) {
+		st->st_gid = live->snap_group;
+		st->st_mode = S_IFDIR | 0775;
+	}
 	st->st_nlink = 2 + n;
 	st->st_size = 0;
 	st->st_blocks = 0;
@@ -307,10 +313,44 @@ void nx_fuse_snapdir_changed(struct nx_fuse *live, const char *gone)
 						 gone, strlen(gone));
 }
 
+/*
+ * Who takes and deletes snapshots (docs/security.md): root (after
+ * -o fakeroot's mapping), the owner of the volume's root directory, and
+ * with -o snapshot_group the members of that group.  The kernel checks
+ * the same through the mode .snapshots shows (snapdir_stat); the daemon
+ * checks again, so that no other way in (another mount option, a kernel
+ * without default_permissions) can skip it.
+ */
+static errcode_t may_manage_snapshots(fuse_req_t req)
+{
+	struct nx_fuse *live = live_fs(req);
+	struct ext2_inode_large root;
+	struct nx_cred cred;
+	errcode_t err;
+
+	get_cred(req, &cred);
+	if (nx_cred_is_root(&cred))
+		return 0;
+	if (live->snap_group_set &&
+	    nx_cred_in_group(&cred, nx_idmap_gid(&live->idmap,
+						 live->snap_group)))
+		return 0;
+	nx_volume_lock(live->vol);
+	err = nx_inode_read(live->vol, EXT2_ROOT_INO, &root);
+	nx_volume_unlock(live->vol);
+	if (err)
+		return err;
+	return nx_perm_is_owner(&cred, (const struct ext2_inode *)&root) ?
+	       0 : EACCES;
+}
+
 static void snapdir_mkdir(fuse_req_t req, const char *name)
 {
 	struct nx_fuse *live = live_fs(req);
-	errcode_t err = nx_fuse_snap_take(live, name);
+	errcode_t err = may_manage_snapshots(req);
+
+	if (!err)
+		err = nx_fuse_snap_take(live, name);
 
 	if (err) {
 		fuse_reply_err(req, nx_errno(err));
@@ -323,7 +363,10 @@ static void snapdir_mkdir(fuse_req_t req, const char *name)
 static void snapdir_rmdir(fuse_req_t req, const char *name)
 {
 	struct nx_fuse *live = live_fs(req);
-	errcode_t err = nx_fuse_snap_delete(live, name);
+	errcode_t err = may_manage_snapshots(req);
+
+	if (!err)
+		err = nx_fuse_snap_delete(live, name);
 
 	fuse_reply_err(req, nx_errno(err));
 	if (!err)
