@@ -261,7 +261,6 @@ class SecurityTest(nx.NxTestCase):
             self.assertGreaterEqual(got, root_only - 32 * self.bsize,
                                     'root got %d bytes of its %d' %
                                     (got, root_only))
-            os.mkdir(m.p('root-dir'))
             os.sync()
             self.assert_writable(m)
             self.assertEqual(nx.read_file(nxsnap.snap_dir(m, 's') +
