@@ -53,18 +53,33 @@ blk64_t nx_reserve_live_floor(struct nx_volume *vol);
 /* ENOSPC unless the current writer may take WANT more blocks. */
 errcode_t nx_reserve_room(struct nx_volume *vol, blk64_t want);
 
+/* What a request that is about to change the volume does. */
+enum nx_change {
+	NX_CHANGE_ANY = 0,	/* may allocate and copy anything */
+	NX_CHANGE_REMOVE,	/* unlink, rmdir: frees what it can */
+	NX_CHANGE_INODES,	/* rewrites inodes only (chown, utimes) */
+};
+
 /*
- * May the current writer start a request that changes the volume?  While
- * a snapshot is active any change may copy blocks into it, which cannot
+ * Removals and inode-only changes may start this many blocks below the
+ * floor (in all, not per request): a writer at its limit must still be
+ * able to delete what it wrote since the take, which frees space, though
+ * the directory block that names it is copied first.
+ */
+#define NX_RESERVE_GRACE	8
+
+/*
+ * May the current writer start a request of kind CHANGE?  While a
+ * snapshot is active any change may copy blocks into it, which cannot
  * fail half way: a writer already at or below its floor gets ENOSPC
  * before anything changes, so that what one request copies beyond the
  * floor is all any writer can take from the reserves (the COW reserve
- * leaves room for that).  ONLY_INODES: the request rewrites inodes and
- * nothing else (chmod, chown, utimes), whose copies the COW reserve holds
- * room for: refused only once the COW reserve itself is short.  Without
- * an active snapshot: always 0.
+ * leaves room for that).  Removals get NX_RESERVE_GRACE more; inode-only
+ * changes copy only what the COW reserve holds room for and are refused
+ * only once that reserve itself is short (by more than the grace).
+ * Without an active snapshot: always 0.
  */
-errcode_t nx_reserve_may_change(struct nx_volume *vol, int only_inodes);
+errcode_t nx_reserve_may_change(struct nx_volume *vol, enum nx_change change);
 
 /* Make libext2fs's own block allocations on VOL obey the floor. */
 void nx_reserve_install(struct nx_volume *vol);

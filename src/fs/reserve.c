@@ -51,14 +51,18 @@ errcode_t nx_reserve_room(struct nx_volume *vol, blk64_t want)
 	return free_blocks >= nx_reserve_live_floor(vol) + want ? 0 : ENOSPC;
 }
 
-errcode_t nx_reserve_may_change(struct nx_volume *vol, int only_inodes)
+errcode_t nx_reserve_may_change(struct nx_volume *vol, enum nx_change change)
 {
+	blk64_t free_blocks = ext2fs_free_blocks_count(vol->fs->super);
+	blk64_t floor = nx_reserve_live_floor(vol);
+
 	if (!vol->cow_active || writer == NX_WRITER_OWN)
 		return 0;
-	if (only_inodes)
-		return ext2fs_free_blocks_count(vol->fs->super) >=
-		       vol->cow_reserve ? 0 : ENOSPC;
-	return nx_reserve_room(vol, 0);
+	if (change == NX_CHANGE_INODES)
+		floor = vol->cow_reserve;
+	if (change != NX_CHANGE_ANY)
+		floor = floor > NX_RESERVE_GRACE ? floor - NX_RESERVE_GRACE : 0;
+	return free_blocks >= floor ? 0 : ENOSPC;
 }
 
 /*

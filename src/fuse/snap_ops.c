@@ -475,10 +475,10 @@ static void snapdir_readdir(fuse_req_t req, size_t size, off_t off, int plus)
 /*
  * The writer REQ comes from: may it use the root-reserved blocks?  Groups
  * are read (from /proc) only when a reserve group makes them matter.
- * Then, while a snapshot is active: may it start a change at all
- * (reserve.h)?  ONLY_INODES: the request rewrites inodes only.
+ * Then, while a snapshot is active: may it start a change of kind CHANGE
+ * at all (reserve.h)?
  */
-static errcode_t writer_begin(fuse_req_t req, int only_inodes)
+static errcode_t writer_begin(fuse_req_t req, enum nx_change change)
 {
 	struct nx_volume *vol = live_fs(req)->vol;
 	struct ext2_super_block *sb = vol->fs->super;
@@ -497,7 +497,7 @@ static errcode_t writer_begin(fuse_req_t req, int only_inodes)
 	nx_reserve_writer(nx_reserve_may_use(&cred, sb) ? NX_WRITER_ROOT :
 			  NX_WRITER_USER);
 	nx_volume_lock(vol);
-	err = nx_reserve_may_change(vol, only_inodes);
+	err = nx_reserve_may_change(vol, change);
 	nx_volume_unlock(vol);
 	return err;
 }
@@ -506,11 +506,11 @@ static errcode_t writer_begin(fuse_req_t req, int only_inodes)
  * Changing operations: EROFS in a view, EPERM in .snapshots; live ones
  * allocate as their writer may (reserve.h).
  */
-#define DISPATCH_CHANGE_AS(req, nodeid, only_inodes, op_call)		\
+#define DISPATCH_CHANGE_AS(req, nodeid, change, op_call)		\
 	do {								\
 		uint64_t sp_ = space_of(nodeid);			\
 		if (sp_ == 0) {						\
-			errcode_t e_ = writer_begin(req, only_inodes);	\
+			errcode_t e_ = writer_begin(req, change);	\
 			if (e_)						\
 				fuse_reply_err(req, nx_errno(e_));	\
 			else						\
@@ -522,7 +522,7 @@ static errcode_t writer_begin(fuse_req_t req, int only_inodes)
 		}							\
 	} while (0)
 #define DISPATCH_CHANGE(req, nodeid, op_call)				\
-	DISPATCH_CHANGE_AS(req, nodeid, 0, op_call)
+	DISPATCH_CHANGE_AS(req, nodeid, NX_CHANGE_ANY, op_call)
 
 static void s_init(void *userdata, struct fuse_conn_info *conn)
 {
@@ -616,7 +616,8 @@ static void s_setattr(fuse_req_t req, fuse_ino_t nodeid, struct stat *attr,
 	 * the block map, a mode change a POSIX ACL (in an xattr block).
 	 */
 	DISPATCH_CHANGE_AS(req, nodeid,
-			   !(to_set & (FUSE_SET_ATTR_SIZE | FUSE_SET_ATTR_MODE)),
+			   (to_set & (FUSE_SET_ATTR_SIZE | FUSE_SET_ATTR_MODE)) ?
+			   NX_CHANGE_ANY : NX_CHANGE_INODES,
 			   nx_fuse_ops.setattr(req, nodeid, attr, to_set,
 					       fi));
 	/* .snapshots shows the owner of "/". */
@@ -657,8 +658,8 @@ static void s_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
 	if (is_snapdir_name(parent, name))
 		fuse_reply_err(req, EISDIR);
 	else
-		DISPATCH_CHANGE(req, parent,
-				nx_fuse_ops.unlink(req, parent, name));
+		DISPATCH_CHANGE_AS(req, parent, NX_CHANGE_REMOVE,
+				   nx_fuse_ops.unlink(req, parent, name));
 }
 
 static void s_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
@@ -668,8 +669,8 @@ static void s_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
 	else if (space_of(parent) == NX_SPACE_SNAPDIR)
 		snapdir_rmdir(req, name);
 	else
-		DISPATCH_CHANGE(req, parent,
-				nx_fuse_ops.rmdir(req, parent, name));
+		DISPATCH_CHANGE_AS(req, parent, NX_CHANGE_REMOVE,
+				   nx_fuse_ops.rmdir(req, parent, name));
 }
 
 static void s_symlink(fuse_req_t req, const char *link, fuse_ino_t parent,

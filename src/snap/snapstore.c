@@ -17,6 +17,7 @@
 #include "nextfs/blkio.h"
 #include "nextfs/inode.h"
 #include "nextfs/meta.h"
+#include "nextfs/reserve.h"
 #include "snap_internal.h"
 
 #define MAX_SNAPSHOTS 1024
@@ -511,10 +512,11 @@ errcode_t nx_snap_list(struct nx_volume *vol, struct nx_snapinfo **list,
  * from every live allocation while it is active - one copy of every
  * inode table, bitmap and descriptor block, and its block map, which
  * grows with what it preserves (each block once: at most in proportion
- * to the blocks in use at the take).  Copies of other blocks are charged
- * to the writers who cause them (cow.c).  The map part is capped at 1/8
- * of the volume; the copies of fixed metadata are not: without room for
- * them a write could only fail half done (P9, docs/design.md P16).
+ * to the blocks in use at the take), and the few blocks removals may
+ * copy below a writer's floor (reserve.h).  Copies of other blocks are
+ * charged to the writers who cause them (cow.c).  That part is capped at
+ * 1/8 of the volume; the copies of fixed metadata are not: without room
+ * for them a write could only fail half done (P9, docs/design.md P16).
  */
 static blk64_t cow_reserve(ext2_filsys fs)
 {
@@ -524,7 +526,7 @@ static blk64_t cow_reserve(ext2_filsys fs)
 
 	fixed = (blk64_t)fs->inode_blocks_per_group * fs->group_desc_count +
 		2 * (blk64_t)fs->group_desc_count + fs->desc_blocks;
-	maps = 16 + used / 64;
+	maps = 16 + NX_RESERVE_GRACE + used / 64;
 	if (maps > total / 8)
 		maps = total / 8;
 	return fixed + maps;

@@ -16,9 +16,11 @@ that is a member of the snapshot group G when a test says so.
   ioctl hands no byte of it; root still sees it.
 - Reserves: a user's overwrite of a +C file held by a snapshot fails
   with ENOSPC for that user once its space is used up, root can still
-  write, the snapshot keeps the old data, and the volume never goes
-  read-only (the daemon exits 0 at unmount, e2fsck is clean).  The same
-  with the copies of directory blocks a user's creates cause.
+  write all of its reserve, the snapshot keeps the old data, and the
+  volume never goes read-only (the daemon exits 0 at unmount, e2fsck is
+  clean).  The same with the copies of directory blocks a user's creates
+  cause; the user can still delete what it wrote since the take and then
+  goes on.
 - A full volume: "nextfs snapshot take" succeeds although syncfs reports
   the earlier ENOSPC of data written through mmap, and says so.
 
@@ -284,9 +286,12 @@ class SecurityTest(nx.NxTestCase):
                              'A created %d of %d' % (made, n))
             os.sync()
             self.assert_writable(m)
-            # what the snapshot holds comes back with it
+            # A may still delete what it wrote since the take, which
+            # frees its space again
+            as_a(os.unlink, m.p('pub', 'fill'))
+            self.assertEqual(as_a(create_in_dirs, m.p('pub', 'd'), n),
+                             (n, 0))
             os.rmdir(nxsnap.snap_dir(m, 's'))
-            os.unlink(m.p('pub', 'fill'))
             nx.write_file(m.p('after'), b'room again')
 
     # --------------------------------------------------- full volume
