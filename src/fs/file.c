@@ -1092,7 +1092,7 @@ static errcode_t move_whole_blocks(struct wctx *w, blk64_t lblk,
 	errcode_t err;
 
 	*newp = pblk;
-	if (!needs) {
+	if (needs != NX_SNAP_MOVE) {	/* +C blocks are copied in place */
 		*cnt = k;
 		return 0;
 	}
@@ -1135,8 +1135,16 @@ static errcode_t move_whole_blocks(struct wctx *w, blk64_t lblk,
  */
 static errcode_t charge_copies(struct wctx *w, blk64_t pblk, blk64_t *cnt)
 {
-	blk64_t n = nx_snap_copies_needed(w->vol, w->inode, pblk, *cnt);
+	blk64_t i = 0, k, n = 0;
+	int needs;
 
+	while (i < *cnt) {
+		k = nx_snap_preserve_span(w->vol, w->inode, pblk + i,
+					  *cnt - i, &needs);
+		if (needs == NX_SNAP_COPY)
+			n += k;
+		i += k;
+	}
 	if (!n || !nx_reserve_room(w->vol, n))
 		return 0;
 	if (*cnt == 1)

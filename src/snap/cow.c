@@ -29,7 +29,8 @@
  * it.  Every other copy - a directory, extent, indirect or xattr block,
  * the data of a +C file - is the writer's: it comes out of the space
  * that writer may use, checked before the write (+C data:
- * nx_snap_copies_needed) or before the request starts (reserve.h).
+ * nx_snap_preserve_span says NX_SNAP_COPY) or before the request starts
+ * (reserve.h).
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -615,33 +616,25 @@ blk64_t nx_snap_preserve_span(struct nx_volume *vol,
 			      blk64_t pblk, blk64_t count, int *needs)
 {
 	struct nx_snapstore *store = vol->snap;
+	int kind = (inode->i_flags & FS_NOCOW_FL) ? NX_SNAP_COPY :
+						     NX_SNAP_MOVE;
 	blk64_t i;
 
 	*needs = 0;
-	if (!store || !store->active || !count ||
-	    (inode->i_flags & FS_NOCOW_FL))
+	if (!store || !store->active || !count)
 		return count;
-	*needs = nx_cow_needs_preserve(store, pblk);
-	for (i = 1; i < count; i++)
-		if (nx_cow_needs_preserve(store, pblk + i) != *needs)
+	/* What the write hook will copy: as cow_write_hook decides. */
+	for (i = 0; i < count; i++) {
+		int n = nx_cow_needs_preserve(store, pblk + i) &&
+			(kind == NX_SNAP_MOVE ||
+			 block_in_use(vol->fs, pblk + i)) ? kind : 0;
+
+		if (!i)
+			*needs = n;
+		else if (n != *needs)
 			break;
+	}
 	return i;
-}
-
-blk64_t nx_snap_copies_needed(struct nx_volume *vol,
-			      const struct ext2_inode_large *inode,
-			      blk64_t pblk, blk64_t count)
-{
-	struct nx_snapstore *store = vol->snap;
-	blk64_t i, n = 0;
-
-	if (!store || !store->active || !(inode->i_flags & FS_NOCOW_FL))
-		return 0;
-	for (i = 0; i < count; i++)
-		if (nx_cow_needs_preserve(store, pblk + i) &&
-		    block_in_use(vol->fs, pblk + i))
-			n++;
-	return n;
 }
 
 errcode_t nx_snap_take_moved(struct nx_volume *vol, blk64_t pblk,
