@@ -208,7 +208,8 @@ _nextfs()
 # if a later version adds any.
 _nextfs_fuse_mount_options()
 {
-	echo ro rw read_ahead_kb= fakeroot allow_other allow_root auto_unmount \
+	echo ro rw read_ahead_kb= fakeroot snapshot_group= allow_other \
+		allow_root auto_unmount \
 		default_permissions fsname= subtype= max_read= \
 		nosuid suid nodev dev noexec exec noatime atime \
 		sync async dirsync

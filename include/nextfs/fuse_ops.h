@@ -104,6 +104,12 @@ struct nx_fuse {
 	size_t nviews;
 	struct nx_periodic *committer;	/* live rw: the commit timer */
 	struct nx_timer *timer;		/* live rw: timed snapshots */
+	/*
+	 * -o snapshot_group: members of the group (kernel's ids) take and
+	 * delete snapshots too (snap_ops.c, docs/security.md).
+	 */
+	int snap_group_set;
+	gid_t snap_group;
 };
 
 /*
@@ -229,6 +235,8 @@ struct nx_fuse_config {
 	int fakeroot;			/* -o fakeroot: see idmap.h */
 	unsigned snapshot_every;	/* -o snapshot_every, s; 0: none */
 	const struct nx_keep_spec *snapshot_keep;	/* or NULL */
+	int snapshot_group;		/* -o snapshot_group given: */
+	gid_t snapshot_gid;		/* ... the group (kernel's ids) */
 	struct fuse_args *args;		/* argv[0] + options for the session */
 };
 

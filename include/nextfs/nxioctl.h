@@ -22,7 +22,15 @@
  * any names (newlines included) comes through whole.
  *
  * NX_IOC_GET_VOLINFO (any file or directory): the volume's superblock as
- * the daemon holds it now (free counts and all), for "nextfs info".
+ * the daemon holds it now (free counts and all), for "nextfs info".  Only
+ * root (after -o fakeroot's mapping) and the user who mounted the volume
+ * get all of it; anyone else gets the public part with
+ * NX_IOC_VOL_PARTIAL set and every other field zero: magic, revision,
+ * features, block and cluster size, first data block, blocks, clusters
+ * and inodes per group, block, inode, free and root-reserved counts, the
+ * COW reserve (s_snapshot_r_blocks_count), UUID and label - what statfs
+ * and the snapshot list need, and what udev shows every user anyway.
+ * Never the directory hash seed (docs/security.md).
  */
 #ifndef NEXTFS_NXIOCTL_H
 #define NEXTFS_NXIOCTL_H
@@ -56,6 +64,7 @@ struct nx_ioc_snap {
 };
 
 #define NX_IOC_VOL_RDONLY	0x1	/* mounted read-only */
+#define NX_IOC_VOL_PARTIAL	0x2	/* only the public fields (above) */
 
 struct nx_ioc_volinfo {
 	uint8_t super[1024];		/* struct ext2_super_block, as held */

@@ -88,10 +88,14 @@ errcode_t nx_snap_prepare_overwrite(struct nx_volume *vol, ext2_ino_t ino,
 
 /*
  * How many of the COUNT blocks from PBLK of a file with INODE share the
- * first one's answer to "must the active snapshot preserve it?" (*NEEDS).
- * +C files never need it here (the write hook copies them in place).
- * Lets the data path move a whole run of blocks with one punch.
+ * first one's answer to "must the active snapshot preserve it, and how?"
+ * (*NEEDS): 0 - no; NX_SNAP_MOVE - the data path moves it (a whole run
+ * with one punch or remap); NX_SNAP_COPY - a +C file, overwritten in
+ * place: the write hook copies it, and the writer must have the space for
+ * that before writing (reserve.h).
  */
+#define NX_SNAP_MOVE	1
+#define NX_SNAP_COPY	2
 blk64_t nx_snap_preserve_span(struct nx_volume *vol,
 			      const struct ext2_inode_large *inode,
 			      blk64_t pblk, blk64_t count, int *needs);
@@ -99,7 +103,7 @@ blk64_t nx_snap_preserve_span(struct nx_volume *vol,
 /*
  * The data path has unmapped the COUNT blocks from PBLK from a file (it
  * remapped their logical blocks elsewhere) without freeing them, and
- * nx_snap_preserve_span() said the active snapshot needs them all: they
+ * nx_snap_preserve_span() said NX_SNAP_MOVE for them all: they
  * move into the snapshot as they are, at their own block numbers.  The
  * cheap form of what freeing them would do (no free and re-allocation).
  */
@@ -107,13 +111,21 @@ errcode_t nx_snap_take_moved(struct nx_volume *vol, blk64_t pblk,
 			     blk64_t count);
 
 /*
- * ENOSPC if allocating WANT more blocks for live data would eat into the
- * reserve kept for preserving metadata (s_snapshot_r_blocks_count), which
- * holds while a snapshot is active; nx_snap_reserved() is its size then,
- * else 0.
+ * The blocks live allocations of every writer (root too) leave free for
+ * the snapshots: on a volume served to writers (nx_snap_keep_headroom,
+ * called by the daemon) a small headroom at all times, so that a
+ * snapshot can be taken and committed when its writers filled the
+ * volume, plus, while a snapshot is active, its COW reserve
+ * (s_snapshot_r_blocks_count) less
+ * what it has drawn from it - copies of superblock, descriptors, bitmaps
+ * and inode tables, and its block map (cow.c).  Copies of anything else
+ * are charged to the writer who causes them (nx_snap_preserve_span's
+ * NX_SNAP_COPY, and reserve.h).  Published as vol->cow_reserve for the layers below.
+ * nx_snap_check_space() is ENOSPC if WANT more blocks would eat into it.
  */
 errcode_t nx_snap_check_space(struct nx_volume *vol, blk64_t want);
 blk64_t nx_snap_reserved(struct nx_volume *vol);
+void nx_snap_keep_headroom(struct nx_volume *vol);
 
 /*
  * Complete pending snapshot bookkeeping and write all dirty metadata;

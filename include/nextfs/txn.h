@@ -67,6 +67,14 @@ int nx_txn_committing(struct nx_volume *vol);
  */
 blk64_t nx_txn_held_frees(struct nx_volume *vol);
 
+/*
+ * Let those blocks be reused now: for what must not fail for want of
+ * space (the snapshots' copies and block maps), which then wins over the
+ * old content of files deleted since the last commit, as when space runs
+ * short anyway.
+ */
+void nx_txn_release_frees(struct nx_volume *vol);
+
 /* Final commit, leave transaction mode, mark the journal empty. */
 errcode_t nx_txn_stop(struct nx_volume *vol);
 

@@ -45,6 +45,13 @@ struct nx_volume {
 	struct nx_txn *txn;		/* transaction state (txn.h), or NULL */
 	struct nx_orphans *orphans;	/* orphan list index (orphan.h) */
 	struct nx_xcache *xcache;	/* extent lookups (file.c), or NULL */
+	/*
+	 * Set by the snapshot layer for the layers below it (snapshot.h,
+	 * reserve.h): a snapshot receives copy-on-write, and the free
+	 * blocks live allocations must leave it now (nx_snap_reserved()).
+	 */
+	int cow_active;
+	blk64_t cow_reserve;
 };
 
 /*

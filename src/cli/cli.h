@@ -102,7 +102,8 @@ int nx_cli_open_target(const char *target, int flags, struct nx_volume **vol,
  * (MNT, through MNT/.snapshots) or an image opened read-write (VOL, under
  * its lock).  nx_cli_take fits nx_tl_take() (retention.h); both return
  * an errno or errcode_t.  nx_cli_flush_mount: syncfs(MNT) (dirty mmap'ed
- * pages reach the daemon), NX_CLI_OK or NX_CLI_FAIL after a message.
+ * pages reach the daemon); a failed flush is a warning (the take goes
+ * on); NX_CLI_FAIL after a message only if MNT cannot be opened.
  */
 struct nx_cli_target {
 	const char *mnt;
@@ -131,6 +132,8 @@ struct nx_cli_snaps {
 	int n;
 	unsigned blocksize;
 	char *mnt;			/* the mount asked, or NULL (offline) */
+	int partial;			/* the daemon gave only the public part
+					   of the superblock (nxioctl.h) */
 };
 
 /* ... and, if SB is not NULL, the volume's superblock as it is now. */

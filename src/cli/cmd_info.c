@@ -52,13 +52,76 @@ static uint64_t held_blocks(const struct nx_cli_snaps *snaps)
 	return held;
 }
 
+/* The name of feature MASK of kind TYPE (E2P_FEATURE_*). */
+static const char *feature_name(int type, uint32_t mask)
+{
+	/* libe2p 1.47 calls it FEATURE_R7. */
+	if (type == E2P_FEATURE_RO_INCOMPAT &&
+	    mask == EXT4_FEATURE_RO_COMPAT_HAS_SNAPSHOT)
+		return "has_snapshot";
+	return e2p_feature2string(type, mask);
+}
+
+/* Call FN with the name of every feature set in SB. */
+static void for_each_feature(const struct ext2_super_block *sb,
+			     void (*fn)(const char *name, void *priv),
+			     void *priv)
+{
+	const uint32_t words[3] = { sb->s_feature_compat,
+				    sb->s_feature_incompat,
+				    sb->s_feature_ro_compat };
+	static const int types[3] = { E2P_FEATURE_COMPAT,
+				      E2P_FEATURE_INCOMPAT,
+				      E2P_FEATURE_RO_INCOMPAT };
+	int w, bit;
+
+	for (w = 0; w < 3; w++)
+		for (bit = 0; bit < 32; bit++)
+			if (words[w] & (1U << bit))
+				fn(feature_name(types[w], 1U << bit), priv);
+}
+
+static void print_feature(const char *name, void *priv)
+{
+	printf(" %s", name);
+}
+
+/*
+ * What the daemon shows a user who is not root (nxioctl.h), in
+ * dumpe2fs's words.
+ */
+static void print_public_super(struct ext2_super_block *sb)
+{
+	int len = (int)strnlen((const char *)sb->s_volume_name,
+			       sizeof(sb->s_volume_name));
+
+	printf("%-26s%.*s\n", "Filesystem volume name:", len ? len : 6,
+	       len ? (const char *)sb->s_volume_name : "<none>");
+	printf("%-26s%s\n", "Filesystem UUID:", e2p_uuid2str(sb->s_uuid));
+	printf("%-25s", "Filesystem features:");
+	for_each_feature(sb, print_feature, NULL);
+	printf("\n%-26s%u\n", "Inode count:", sb->s_inodes_count);
+	printf("%-26s%llu\n", "Block count:",
+	       (unsigned long long)ext2fs_blocks_count(sb));
+	printf("%-26s%llu\n", "Reserved block count:",
+	       (unsigned long long)ext2fs_r_blocks_count(sb));
+	printf("%-26s%llu\n", "Free blocks:",
+	       (unsigned long long)ext2fs_free_blocks_count(sb));
+	printf("%-26s%u\n", "Free inodes:", sb->s_free_inodes_count);
+	printf("%-26s%u\n", "Block size:", EXT2_BLOCK_SIZE(sb));
+	printf("(the rest of the superblock is shown to root only)\n");
+}
+
 static void print_text(struct volinfo *vi)
 {
 	struct ext2_super_block *sb = &vi->sb;
 	uint64_t total = ext2fs_blocks_count(sb);
 	unsigned bs = EXT2_BLOCK_SIZE(sb);
 
-	list_super2(sb, stdout);
+	if (vi->snaps.partial)
+		print_public_super(sb);
+	else
+		list_super2(sb, stdout);
 	printf("\nSnapshots:                %d\n", vi->snaps.n);
 	if (vi->snaps.n)
 		nx_cli_snaps_table(&vi->snaps, 1);
@@ -69,32 +132,16 @@ static void print_text(struct volinfo *vi)
 	print_size_line("Free:", ext2fs_free_blocks_count(sb), bs, total);
 }
 
+static void json_feature(const char *name, void *priv)
+{
+	nx_json_str(priv, NULL, name);
+}
+
 /* The names of the features set in the superblock. */
 static void json_features(struct nx_json *j, const struct ext2_super_block *sb)
 {
-	const uint32_t words[3] = { sb->s_feature_compat,
-				    sb->s_feature_incompat,
-				    sb->s_feature_ro_compat };
-	static const int types[3] = { E2P_FEATURE_COMPAT,
-				      E2P_FEATURE_INCOMPAT,
-				      E2P_FEATURE_RO_INCOMPAT };
-	int w, bit;
-
 	nx_json_open(j, "features", '[');
-	for (w = 0; w < 3; w++)
-		for (bit = 0; bit < 32; bit++) {
-			uint32_t mask = 1U << bit;
-
-			if (!(words[w] & mask))
-				continue;
-			/* libe2p 1.47 calls it FEATURE_R7. */
-			if (types[w] == E2P_FEATURE_RO_INCOMPAT &&
-			    mask == EXT4_FEATURE_RO_COMPAT_HAS_SNAPSHOT)
-				nx_json_str(j, NULL, "has_snapshot");
-			else
-				nx_json_str(j, NULL,
-					    e2p_feature2string(types[w], mask));
-		}
+	for_each_feature(sb, json_feature, j);
 	nx_json_close(j, ']');
 }
 
@@ -125,11 +172,16 @@ static void print_json(struct volinfo *vi)
 	nx_json_u64(&j, "reserved_blocks", ext2fs_r_blocks_count(sb));
 	nx_json_u64(&j, "inodes", sb->s_inodes_count);
 	nx_json_u64(&j, "free_inodes", sb->s_free_inodes_count);
-	nx_json_bool(&j, "clean", (sb->s_state & EXT2_VALID_FS) != 0);
+	/* Not root: only the public part (nxioctl.h), nothing made up. */
+	nx_json_bool(&j, "restricted", vi->snaps.partial);
+	if (!vi->snaps.partial)
+		nx_json_bool(&j, "clean", (sb->s_state & EXT2_VALID_FS) != 0);
 	nx_json_bool(&j, "mounted", vi->snaps.mnt != NULL);
 	json_features(&j, sb);
-	json_time(&j, "created", sb->s_mkfs_time, sb->s_mkfs_time_hi);
-	json_time(&j, "last_written", sb->s_wtime, sb->s_wtime_hi);
+	if (!vi->snaps.partial) {
+		json_time(&j, "created", sb->s_mkfs_time, sb->s_mkfs_time_hi);
+		json_time(&j, "last_written", sb->s_wtime, sb->s_wtime_hi);
+	}
 	nx_json_close(&j, '}');
 	nx_cli_snaps_json(&j, "snapshots", &vi->snaps);
 	nx_json_u64(&j, "held_bytes", held_blocks(&vi->snaps) * bs);

@@ -17,6 +17,7 @@
 #include "nextfs/fuse_ops.h"
 
 #include <errno.h>
+#include <grp.h>
 #include <limits.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -42,6 +43,7 @@ struct cli {
 	char *read_ahead;		/* -o read_ahead_kb=N as given */
 	char *snapshot_every;		/* -o snapshot_every=DURATION */
 	char *snapshot_keep;		/* -o snapshot_keep=SPEC */
+	char *snapshot_group;		/* -o snapshot_group=GROUP */
 };
 
 enum {
@@ -72,6 +74,7 @@ static const struct fuse_opt cli_opts[] = {
 	{ "ino32", offsetof(struct cli, ino32), 1 },
 	{ "snapshot_every=%s", offsetof(struct cli, snapshot_every), 0 },
 	{ "snapshot_keep=%s", offsetof(struct cli, snapshot_keep), 0 },
+	{ "snapshot_group=%s", offsetof(struct cli, snapshot_group), 0 },
 	FUSE_OPT_END
 };
 
@@ -114,6 +117,10 @@ static void usage(FILE *f)
 "                   does not keep: last=N:hourly=N:daily=N:weekly=N:\n"
 "                   monthly=N:yearly=N, any of them (see nextfs(1),\n"
 "                   snapshot prune); other snapshots are never deleted\n"
+"  -o snapshot_group=GROUP  members of GROUP (a name or a gid) may take\n"
+"                   and delete snapshots (mkdir and rmdir in .snapshots)\n"
+"                   besides root and the owner of the volume's root\n"
+"                   directory; with allow_other (see docs/security.md)\n"
 "  -h, --help       show this help and the FUSE options, then exit\n"
 "  -V, --version    show the version, then exit\n"
 "\n"
@@ -273,6 +280,37 @@ static int parse_timeline(const struct cli *c, unsigned *every,
 	return 0;
 }
 
+/*
+ * -o snapshot_group=GROUP: a group name, else a number; one error line.
+ * A name that is all digits is a name if such a group exists (as chgrp).
+ */
+static int parse_snapshot_group(const char *arg, gid_t *gid, int *have)
+{
+	struct group *gr;
+	unsigned long v;
+	char *end;
+
+	*have = 0;
+	if (!arg)
+		return 0;
+	gr = *arg ? getgrnam(arg) : NULL;
+	if (gr) {
+		*gid = gr->gr_gid;
+	} else {
+		errno = 0;
+		v = strtoul(arg, &end, 10);
+		if (!*arg || errno || *end || arg[0] == '-' ||
+		    v >= (gid_t)-1) {
+			fprintf(stderr, PROG ": snapshot_group: no group '%s'\n",
+				arg);
+			return -1;
+		}
+		*gid = (gid_t)v;
+	}
+	*have = 1;
+	return 0;
+}
+
 /* Resolve PATH to an absolute path; one error line if it is unusable. */
 static char *checked_path(const char *path, int want_dir)
 {
@@ -376,7 +414,8 @@ int main(int argc, char *argv[])
 	struct cli c;
 	char *device = NULL, *mountpoint = NULL;
 	unsigned read_ahead_kb, every;
-	int status = NX_EXIT_USAGE, have_keep;
+	int status = NX_EXIT_USAGE, have_keep, have_snap_gid = 0;
+	gid_t snap_gid = 0;
 
 	memset(&c, 0, sizeof(c));
 	c.blkdev = -1;
@@ -396,7 +435,9 @@ int main(int argc, char *argv[])
 		goto out;
 	}
 	if (parse_read_ahead(c.read_ahead, &read_ahead_kb) != 0 ||
-	    parse_timeline(&c, &every, &keep, &have_keep) != 0)
+	    parse_timeline(&c, &every, &keep, &have_keep) != 0 ||
+	    parse_snapshot_group(c.snapshot_group, &snap_gid,
+				 &have_snap_gid) != 0)
 		goto out;
 	if (!c.device || !c.mountpoint) {
 		fprintf(stderr, PROG ": missing %s (usage: " PROG " [-f] [-d] "
@@ -428,6 +469,8 @@ int main(int argc, char *argv[])
 	cfg.ino32 = c.ino32;
 	cfg.snapshot_every = every;
 	cfg.snapshot_keep = have_keep ? &keep : NULL;
+	cfg.snapshot_group = have_snap_gid;
+	cfg.snapshot_gid = snap_gid;
 	cfg.args = &args;
 	status = nx_fuse_main(&cfg);
 out:
@@ -438,6 +481,7 @@ out:
 	free(c.read_ahead);
 	free(c.snapshot_every);
 	free(c.snapshot_keep);
+	free(c.snapshot_group);
 	fuse_opt_free_args(&args);
 	return status;
 }

@@ -19,20 +19,25 @@
  * the kernel's: syncfs makes them reach the daemon, so that the take
  * holds everything written before it.  mkdir .snapshots/NAME alone does
  * not do that (as with other file systems' snapshots).
+ *
+ * A flush that fails does not stop the take: syncfs reports errors of
+ * earlier writes too (ENOSPC on a full volume, which is when people most
+ * want a snapshot before cleaning up), and those bytes never reached the
+ * volume whatever we do.  The snapshot holds what the volume holds; a
+ * warning says what the flush reported.
  */
 int nx_cli_flush_mount(const char *mnt)
 {
-	int fd = nx_cli_mount_root(mnt, 0), err = 0;
+	int fd = nx_cli_mount_root(mnt, 0);
 
 	if (fd < 0)
 		return NX_CLI_FAIL;
 	if (syncfs(fd) < 0)
-		err = errno;
+		nx_cli_error("warning: flushing %s before the take: %s; the "
+			     "snapshot holds what reached the volume", mnt,
+			     strerror(errno));
 	close(fd);
-	if (err)
-		nx_cli_error("cannot flush %s before the take: %s", mnt,
-			     strerror(err));
-	return err ? NX_CLI_FAIL : 0;
+	return 0;
 }
 
 /*

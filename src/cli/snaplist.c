@@ -44,6 +44,7 @@ static int snaps_of_mount(const char *mnt, struct nx_cli_snaps *out,
 		rc = nx_cli_mount_volinfo(mnt, &vi);
 		if (!rc)
 			memcpy(sb, vi.super, sizeof(*sb));
+		out->partial = !rc && (vi.flags & NX_IOC_VOL_PARTIAL);
 	}
 	if (!rc)
 		rc = nx_cli_mount_snapshots(mnt, &out->s, &out->n,

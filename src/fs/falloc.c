@@ -66,9 +66,9 @@ static blk64_t alloc_budget(struct nx_volume *vol, blk64_t want,
 	blk64_t avail = ext2fs_free_blocks_count(fs->super);
 	blk64_t keep = slack + nx_reserve_floor(vol);
 
-	/* An active snapshot holds a reserve back for copy-on-write. */
+	/* The snapshots hold blocks back from every writer (snapshot.h). */
 	if (nx_snap_check_space(vol, want + keep))
-		keep += fs->super->s_snapshot_r_blocks_count;
+		keep += nx_snap_reserved(vol);
 	return avail > keep ? min_u64(want, avail - keep) : 0;
 }
 

@@ -30,6 +30,7 @@
 #include "nextfs/blkio.h"
 #include "nextfs/grow.h"
 #include "nextfs/inode.h"
+#include "nextfs/reserve.h"
 #include "nextfs/snapshot.h"
 
 /* Exported by libext2fs 1.47 but missing from its public header. */
@@ -1091,7 +1092,7 @@ static errcode_t move_whole_blocks(struct wctx *w, blk64_t lblk,
 	errcode_t err;
 
 	*newp = pblk;
-	if (!needs) {
+	if (needs != NX_SNAP_MOVE) {	/* +C blocks are copied in place */
 		*cnt = k;
 		return 0;
 	}
@@ -1127,6 +1128,32 @@ static errcode_t move_whole_blocks(struct wctx *w, blk64_t lblk,
 }
 
 /*
+ * A +C file is overwritten in place and the active snapshot gets a copy
+ * of each block it still needs: space the writer pays for like any other
+ * write, checked before anything is written (reserve.h).  *CNT shrinks
+ * to what the writer may still copy (at least one block, or ENOSPC).
+ */
+static errcode_t charge_copies(struct wctx *w, blk64_t pblk, blk64_t *cnt)
+{
+	blk64_t i = 0, k, n = 0;
+	int needs;
+
+	while (i < *cnt) {
+		k = nx_snap_preserve_span(w->vol, w->inode, pblk + i,
+					  *cnt - i, &needs);
+		if (needs == NX_SNAP_COPY)
+			n += k;
+		i += k;
+	}
+	if (!n || !nx_reserve_room(w->vol, n))
+		return 0;
+	if (*cnt == 1)
+		return ENOSPC;
+	*cnt = 1;	/* up to the limit, block by block */
+	return charge_copies(w, pblk, cnt);
+}
+
+/*
  * Overwrite written blocks [LBLK, LBLK + *N) mapped at PBLK.  A partly
  * written edge block is handled on its own so that prepare_overwrite()
  * only ever sees several blocks when all of them are replaced whole.
@@ -1158,6 +1185,11 @@ static errcode_t overwrite_run(struct wctx *w, blk64_t lblk, blk64_t *n,
 				&remapped);
 	if (err)
 		return err;
+	if (newp == pblk) {
+		err = charge_copies(w, pblk, &cnt);
+		if (err)
+			return err;
+	}
 	*n = cnt;
 	if (remapped) {
 		/* The block map changed under our cursor. */

@@ -18,8 +18,11 @@
 
 /*
  * EXT4_FL_USER_MODIFIABLE, plus No_COW: ext4 has no use for it but
- * applications (databases, VM images, journald) set it; storing it costs
- * nothing and a snapshot layer may honour it.
+ * applications (databases, VM images, journald) set it.  Snapshots honour
+ * it: such a file is overwritten in place and its old blocks are copied
+ * into the active snapshot, charged to the writer like any other write
+ * (reserve.h), so it is the owner's to set, root or not (as on btrfs;
+ * docs/security.md).
  */
 #define NX_FL_MODIFIABLE	(EXT2_SECRM_FL | EXT2_UNRM_FL |		\
 				 EXT2_COMPR_FL | EXT2_SYNC_FL |		\

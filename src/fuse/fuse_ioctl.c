@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <linux/fs.h>
 #include "nextfs/inode.h"
 #include "nextfs/nxioctl.h"
@@ -219,9 +220,58 @@ static errcode_t ioctl_snap_next(struct nx_fuse *live, const void *in,
 	return 0;
 }
 
+/*
+ * What any user of the mount may know of the superblock: what statfs
+ * gives (sizes, counts, the root reserve, and the COW reserve it takes
+ * off), the geometry and features needed to read those counts, and what
+ * udev shows every user anyway (UUID, label).  Not the directory hash
+ * seed and algorithm (kernel ext4 never shows them: they make hash
+ * collision attacks on htree directories easy), the journal, the
+ * checksum seed, the error records, the times, the last mount point,
+ * the snapshot inodes, the encryption salt or the checksum over it all.
+ */
+static void public_super(const struct ext2_super_block *sb,
+			 struct ext2_super_block *out)
+{
+	memset(out, 0, sizeof(*out));
+	out->s_magic = sb->s_magic;
+	out->s_rev_level = sb->s_rev_level;
+	out->s_feature_compat = sb->s_feature_compat;
+	out->s_feature_incompat = sb->s_feature_incompat;
+	out->s_feature_ro_compat = sb->s_feature_ro_compat;
+	out->s_log_block_size = sb->s_log_block_size;
+	out->s_log_cluster_size = sb->s_log_cluster_size;
+	out->s_first_data_block = sb->s_first_data_block;
+	out->s_blocks_per_group = sb->s_blocks_per_group;
+	out->s_clusters_per_group = sb->s_clusters_per_group;
+	out->s_inodes_per_group = sb->s_inodes_per_group;
+	out->s_inodes_count = sb->s_inodes_count;
+	out->s_free_inodes_count = sb->s_free_inodes_count;
+	out->s_blocks_count = sb->s_blocks_count;
+	out->s_blocks_count_hi = sb->s_blocks_count_hi;
+	out->s_r_blocks_count = sb->s_r_blocks_count;
+	out->s_r_blocks_count_hi = sb->s_r_blocks_count_hi;
+	out->s_free_blocks_count = sb->s_free_blocks_count;
+	out->s_free_blocks_hi = sb->s_free_blocks_hi;
+	out->s_snapshot_r_blocks_count = sb->s_snapshot_r_blocks_count;
+	memcpy(out->s_uuid, sb->s_uuid, sizeof(out->s_uuid));
+	memcpy(out->s_volume_name, sb->s_volume_name,
+	       sizeof(out->s_volume_name));
+}
+
+/*
+ * Who sees the whole superblock: root (after -o fakeroot's mapping: the
+ * mounting user acting as the volume's root) and the user who mounted
+ * the volume, who opened its image and can read all of it anyway.
+ */
+static int sees_whole_super(fuse_req_t req, const struct nx_cred *cred)
+{
+	return nx_cred_is_root(cred) || fuse_req_ctx(req)->uid == getuid();
+}
+
 /* NX_IOC_GET_VOLINFO: the live superblock as it is in memory now. */
-static errcode_t ioctl_get_volinfo(struct nx_fuse *live, void *out,
-				   size_t *out_size)
+static errcode_t ioctl_get_volinfo(struct nx_fuse *live, int whole,
+				   void *out, size_t *out_size)
 {
 	struct nx_ioc_volinfo vi;
 	_Static_assert(sizeof(vi.super) == sizeof(struct ext2_super_block),
@@ -230,7 +280,13 @@ static errcode_t ioctl_get_volinfo(struct nx_fuse *live, void *out,
 	if (*out_size < sizeof(vi))
 		return EINVAL;
 	memset(&vi, 0, sizeof(vi));
-	memcpy(vi.super, live->vol->fs->super, sizeof(vi.super));
+	if (whole) {
+		memcpy(vi.super, live->vol->fs->super, sizeof(vi.super));
+	} else {
+		public_super(live->vol->fs->super,
+			     (struct ext2_super_block *)vi.super);
+		vi.flags |= NX_IOC_VOL_PARTIAL;
+	}
 	if (nx_volume_rdonly(live->vol))
 		vi.flags |= NX_IOC_VOL_RDONLY;
 	memcpy(out, &vi, sizeof(vi));
@@ -289,7 +345,8 @@ void nx_fuse_ioctl(fuse_req_t req, fuse_ino_t nodeid, unsigned int cmd,
 		err = ioctl_snap_next(live, in_buf, in_bufsz, &out, &out_size);
 		break;
 	case NX_IOC_GET_VOLINFO:
-		err = ioctl_get_volinfo(live, &out, &out_size);
+		err = ioctl_get_volinfo(live, sees_whole_super(req, &cred),
+					&out, &out_size);
 		break;
 	default:
 		err = ENOTTY;

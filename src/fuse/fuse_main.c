@@ -27,6 +27,7 @@
 #include "nextfs/periodic.h"
 #include "nextfs/perm.h"
 #include "nextfs/reserve.h"
+#include "nextfs/snapshot.h"
 
 static int log_to_syslog;
 static char last_error[512];	/* the last nx_err() line: for "done" */
@@ -252,9 +253,14 @@ static int open_volume(struct nx_fuse *fs, const struct nx_fuse_config *cfg)
 		nx_err("%s", msg[0] ? msg : error_message(err));
 		return -1;
 	}
-	/* Writers without the right stop at the root-reserved blocks. */
-	if (!nx_volume_rdonly(fs->vol))
+	/*
+	 * Writers without the right stop at the root-reserved blocks, and
+	 * none takes the room a snapshot take needs (snapshot.h).
+	 */
+	if (!nx_volume_rdonly(fs->vol)) {
 		nx_reserve_install(fs->vol);
+		nx_snap_keep_headroom(fs->vol);
+	}
 	return 0;
 }
 
@@ -392,6 +398,8 @@ int nx_fuse_main(const struct nx_fuse_config *cfg)
 	fs.timeout = NX_FUSE_TIMEOUT;
 	nx_idmap_init(&fs.idmap, cfg->fakeroot);
 	fs.ino32 = cfg->ino32;
+	fs.snap_group_set = cfg->snapshot_group;
+	fs.snap_group = cfg->snapshot_gid;
 	fuse_set_log_func(nx_log);
 	fs.nodes = nx_nodes_new();
 	if (!fs.nodes) {

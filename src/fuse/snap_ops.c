@@ -205,7 +205,9 @@ static void leave_view(void)
  * .snapshots: owned like "/" (whoever owns the volume's root takes
  * snapshots), one link per snapshot, the newest take as mtime.  Asked
  * whenever the kernel's copy expires, on the way to any snapshot: no I/O
- * beyond the root inode.
+ * beyond the root inode.  With -o snapshot_group its group is that one,
+ * with write permission: the kernel (default_permissions) then lets the
+ * members mkdir and rmdir in it, as may_manage_snapshots() does.
  */
 static void snapdir_stat(struct nx_fuse *live, struct stat *st)
 {
@@ -223,6 +225,10 @@ static void snapdir_stat(struct nx_fuse *live, struct stat *st)
 	/* Owned like "/": whoever owns the volume's root takes snapshots. */
 	st->st_ino = NX_SNAPDIR_STINO;
 	st->st_mode = S_IFDIR | 0755;
+	if (live->snap_group_set) {
+		st->st_gid = live->snap_group;
+		st->st_mode = S_IFDIR | 0775;
+	}
 	st->st_nlink = 2 + n;
 	st->st_size = 0;
 	st->st_blocks = 0;
@@ -307,10 +313,44 @@ void nx_fuse_snapdir_changed(struct nx_fuse *live, const char *gone)
 						 gone, strlen(gone));
 }
 
+/*
+ * Who takes and deletes snapshots (docs/security.md): root (after
+ * -o fakeroot's mapping), the owner of the volume's root directory, and
+ * with -o snapshot_group the members of that group.  The kernel checks
+ * the same through the mode .snapshots shows (snapdir_stat); the daemon
+ * checks again, so that no other way in (another mount option, a kernel
+ * without default_permissions) can skip it.
+ */
+static errcode_t may_manage_snapshots(fuse_req_t req)
+{
+	struct nx_fuse *live = live_fs(req);
+	struct ext2_inode_large root;
+	struct nx_cred cred;
+	errcode_t err;
+
+	get_cred(req, &cred);
+	if (nx_cred_is_root(&cred))
+		return 0;
+	if (live->snap_group_set &&
+	    nx_cred_in_group(&cred, nx_idmap_gid(&live->idmap,
+						 live->snap_group)))
+		return 0;
+	nx_volume_lock(live->vol);
+	err = nx_inode_read(live->vol, EXT2_ROOT_INO, &root);
+	nx_volume_unlock(live->vol);
+	if (err)
+		return err;
+	return nx_perm_is_owner(&cred, (const struct ext2_inode *)&root) ?
+	       0 : EACCES;
+}
+
 static void snapdir_mkdir(fuse_req_t req, const char *name)
 {
 	struct nx_fuse *live = live_fs(req);
-	errcode_t err = nx_fuse_snap_take(live, name);
+	errcode_t err = may_manage_snapshots(req);
+
+	if (!err)
+		err = nx_fuse_snap_take(live, name);
 
 	if (err) {
 		fuse_reply_err(req, nx_errno(err));
@@ -323,7 +363,10 @@ static void snapdir_mkdir(fuse_req_t req, const char *name)
 static void snapdir_rmdir(fuse_req_t req, const char *name)
 {
 	struct nx_fuse *live = live_fs(req);
-	errcode_t err = nx_fuse_snap_delete(live, name);
+	errcode_t err = may_manage_snapshots(req);
+
+	if (!err)
+		err = nx_fuse_snap_delete(live, name);
 
 	fuse_reply_err(req, nx_errno(err));
 	if (!err)
@@ -432,12 +475,16 @@ static void snapdir_readdir(fuse_req_t req, size_t size, off_t off, int plus)
 /*
  * The writer REQ comes from: may it use the root-reserved blocks?  Groups
  * are read (from /proc) only when a reserve group makes them matter.
+ * Then, while a snapshot is active: may it start a change of kind CHANGE
+ * at all (reserve.h)?
  */
-static void writer_begin(fuse_req_t req)
+static errcode_t writer_begin(fuse_req_t req, enum nx_change change)
 {
-	struct ext2_super_block *sb = live_fs(req)->vol->fs->super;
+	struct nx_volume *vol = live_fs(req)->vol;
+	struct ext2_super_block *sb = vol->fs->super;
 	const struct fuse_ctx *ctx = fuse_req_ctx(req);
 	struct nx_cred cred;
+	errcode_t err;
 
 	if (ctx->uid == 0 || ctx->uid == sb->s_def_resuid ||
 	    !sb->s_def_resgid || !ext2fs_r_blocks_count(sb)) {
@@ -447,25 +494,35 @@ static void writer_begin(fuse_req_t req)
 	} else {
 		get_cred(req, &cred);
 	}
-	nx_reserve_restrict(!nx_reserve_may_use(&cred, sb));
+	nx_reserve_writer(nx_reserve_may_use(&cred, sb) ? NX_WRITER_ROOT :
+			  NX_WRITER_USER);
+	nx_volume_lock(vol);
+	err = nx_reserve_may_change(vol, change);
+	nx_volume_unlock(vol);
+	return err;
 }
 
 /*
  * Changing operations: EROFS in a view, EPERM in .snapshots; live ones
  * allocate as their writer may (reserve.h).
  */
-#define DISPATCH_CHANGE(req, nodeid, op_call)				\
+#define DISPATCH_CHANGE_AS(req, nodeid, change, op_call)		\
 	do {								\
 		uint64_t sp_ = space_of(nodeid);			\
 		if (sp_ == 0) {						\
-			writer_begin(req);				\
-			op_call;					\
-			nx_reserve_restrict(0);				\
+			errcode_t e_ = writer_begin(req, change);	\
+			if (e_)						\
+				fuse_reply_err(req, nx_errno(e_));	\
+			else						\
+				op_call;				\
+			nx_reserve_writer(NX_WRITER_OWN);		\
 		} else {						\
 			fuse_reply_err(req, sp_ == NX_SPACE_SNAPDIR ?	\
 				       EPERM : EROFS);			\
 		}							\
 	} while (0)
+#define DISPATCH_CHANGE(req, nodeid, op_call)				\
+	DISPATCH_CHANGE_AS(req, nodeid, NX_CHANGE_ANY, op_call)
 
 static void s_init(void *userdata, struct fuse_conn_info *conn)
 {
@@ -552,8 +609,15 @@ static void s_setattr(fuse_req_t req, fuse_ino_t nodeid, struct stat *attr,
 {
 	struct nx_fuse *live = live_fs(req);	/* REQ is gone after the reply */
 
-	DISPATCH_CHANGE(req, nodeid,
-			nx_fuse_ops.setattr(req, nodeid, attr, to_set, fi));
+	/*
+	 * Owners and times live in the inode only; a size change rewrites
+	 * the block map, a mode change a POSIX ACL (in an xattr block).
+	 */
+	DISPATCH_CHANGE_AS(req, nodeid,
+			   (to_set & (FUSE_SET_ATTR_SIZE | FUSE_SET_ATTR_MODE)) ?
+			   NX_CHANGE_ANY : NX_CHANGE_INODES,
+			   nx_fuse_ops.setattr(req, nodeid, attr, to_set,
+					       fi));
 	/* .snapshots shows the owner of "/". */
 	if (nodeid == FUSE_ROOT_ID)
 		snapdir_changed(live);
@@ -592,8 +656,8 @@ static void s_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
 	if (is_snapdir_name(parent, name))
 		fuse_reply_err(req, EISDIR);
 	else
-		DISPATCH_CHANGE(req, parent,
-				nx_fuse_ops.unlink(req, parent, name));
+		DISPATCH_CHANGE_AS(req, parent, NX_CHANGE_REMOVE,
+				   nx_fuse_ops.unlink(req, parent, name));
 }
 
 static void s_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
@@ -603,8 +667,8 @@ static void s_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
 	else if (space_of(parent) == NX_SPACE_SNAPDIR)
 		snapdir_rmdir(req, name);
 	else
-		DISPATCH_CHANGE(req, parent,
-				nx_fuse_ops.rmdir(req, parent, name));
+		DISPATCH_CHANGE_AS(req, parent, NX_CHANGE_REMOVE,
+				   nx_fuse_ops.rmdir(req, parent, name));
 }
 
 static void s_symlink(fuse_req_t req, const char *link, fuse_ino_t parent,

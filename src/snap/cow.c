@@ -19,6 +19,18 @@
  * store->pending (copies, N -> B), and written into the snapshot inode by
  * nx_cow_apply_pending() at the commit.  Until then every reader asks
  * nx_pending_get().
+ *
+ * Who pays for a copy.  The COW reserve (s_snapshot_r_blocks_count) is
+ * sized at the take for one copy of every superblock, descriptor, bitmap
+ * and inode-table block plus the snapshot's own block map; those copies
+ * and map blocks are "draws" on it, and what live allocations must leave
+ * free shrinks with every draw (nx_snap_reserved()), so that df and the
+ * writers' limits do not move when the snapshot takes what was held for
+ * it.  Every other copy - a directory, extent, indirect or xattr block,
+ * the data of a +C file - is the writer's: it comes out of the space
+ * that writer may use, checked before the write (+C data:
+ * nx_snap_preserve_span says NX_SNAP_COPY) or before the request starts
+ * (reserve.h).
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -26,12 +38,121 @@
 #include "nextfs/blkio.h"
 #include "nextfs/inode.h"
 #include "nextfs/file.h"
+#include "nextfs/txn.h"
 #include "snap_internal.h"
 
 static int in_fs_range(ext2_filsys fs, blk64_t blk)
 {
 	return blk >= fs->super->s_first_data_block &&
 	       blk < ext2fs_blocks_count(fs->super);
+}
+
+/* Tell the layers below how much live allocations must leave free. */
+static void publish_reserve(struct nx_snapstore *store)
+{
+	struct nx_volume *vol = store->vol;
+	blk64_t r = vol->fs->super->s_snapshot_r_blocks_count;
+
+	vol->cow_active = store->active != NULL;
+	vol->cow_reserve = store->headroom ? nx_snap_headroom(vol->fs) : 0;
+	if (store->active && r > store->draws)
+		vol->cow_reserve += r - store->draws;
+}
+
+static void note_draw(struct nx_snapstore *store)
+{
+	store->draws++;
+	publish_reserve(store);
+}
+
+static int is_fixed(struct nx_snapstore *store, blk64_t blk)
+{
+	return store->fixed && in_fs_range(store->vol->fs, blk) &&
+	       ext2fs_test_block_bitmap2(store->fixed, blk);
+}
+
+/*
+ * The blocks whose copies the reserve holds space for: every group's
+ * superblock and descriptor blocks (backups included, though only the
+ * primaries are ever written), bitmaps and inode table.
+ */
+errcode_t nx_cow_init_fixed(struct nx_snapstore *store)
+{
+	ext2_filsys fs = store->vol->fs;
+	errcode_t err;
+	dgrp_t g;
+
+	err = ext2fs_allocate_block_bitmap(fs, "fixed metadata",
+					   &store->fixed);
+	if (err)
+		return err;
+	for (g = 0; g < fs->group_desc_count; g++) {
+		blk64_t it = ext2fs_inode_table_loc(fs, g);
+
+		ext2fs_reserve_super_and_bgd(fs, g, store->fixed);
+		if (in_fs_range(fs, ext2fs_block_bitmap_loc(fs, g)))
+			ext2fs_mark_block_bitmap2(store->fixed,
+					ext2fs_block_bitmap_loc(fs, g));
+		if (in_fs_range(fs, ext2fs_inode_bitmap_loc(fs, g)))
+			ext2fs_mark_block_bitmap2(store->fixed,
+					ext2fs_inode_bitmap_loc(fs, g));
+		if (in_fs_range(fs, it) &&
+		    in_fs_range(fs, it + fs->inode_blocks_per_group - 1))
+			ext2fs_mark_block_bitmap_range2(store->fixed, it,
+						fs->inode_blocks_per_group);
+	}
+	return 0;
+}
+
+/* Blocks set in A within [FROM, TO]; with B, only those set in both. */
+static blk64_t count_set(ext2fs_block_bitmap a, ext2fs_block_bitmap b,
+			 blk64_t from, blk64_t to)
+{
+	blk64_t n = 0, start, stop;
+
+	while (from <= to &&
+	       !ext2fs_find_first_set_block_bitmap2(a, from, to, &start)) {
+		if (ext2fs_find_first_zero_block_bitmap2(a, start, to, &stop))
+			stop = to + 1;
+		n += b ? count_set(b, NULL, start, stop - 1) : stop - start;
+		from = stop;
+	}
+	return n;
+}
+
+/*
+ * What the active snapshot has drawn from its reserve so far, from what
+ * it holds (at mount, and after a delete made an older one active):
+ * its block-map blocks (all it owns less the blocks it maps) and the
+ * copies of fixed metadata among the blocks it maps.
+ */
+errcode_t nx_cow_count_draws(struct nx_snapstore *store)
+{
+	ext2_filsys fs = store->vol->fs;
+	struct nx_snap *active = store->active;
+	blk64_t first = fs->super->s_first_data_block;
+	blk64_t last = ext2fs_blocks_count(fs->super) - 1;
+	struct ext2_inode_large inode;
+	blk64_t owned, mapped;
+	errcode_t err;
+
+	store->draws = 0;
+	if (active) {
+		err = nx_inode_read(store->vol, active->ino, &inode);
+		if (err)
+			return err;
+		owned = ext2fs_get_stat_i_blocks(fs,
+				(struct ext2_inode *)&inode) /
+			(fs->blocksize / 512);
+		mapped = count_set(active->mapped, NULL, first, last);
+		if (owned > mapped)
+			store->draws = owned - mapped;
+		if (store->fixed)
+			store->draws += count_set(active->mapped, store->fixed,
+						  first, last);
+	}
+	publish_reserve(store);
+	return 0;
 }
 
 int nx_cow_needs_preserve(struct nx_snapstore *store, blk64_t blk)
@@ -94,6 +215,11 @@ static errcode_t alloc_snapshot_block(struct nx_snapstore *store,
 	 * (reserve.h); a copy keeps what is written, whoever writes.
 	 */
 	err = ext2fs_new_block2(fs, goal, fs->block_map, ret);
+	if (err == EXT2_ET_BLOCK_ALLOC_FAIL && nx_txn_held_frees(store->vol)) {
+		/* What the snapshot keeps wins over deleted files (txn.h). */
+		nx_txn_release_frees(store->vol);
+		err = ext2fs_new_block2(fs, goal, fs->block_map, ret);
+	}
 	if (err == EXT2_ET_BLOCK_ALLOC_FAIL)
 		return ENOSPC;
 	if (err)
@@ -130,6 +256,8 @@ static errcode_t preserve_by_copy(struct nx_snapstore *store, blk64_t n,
 		return err;
 	}
 	store->copy_goal = b + 1;
+	if (is_fixed(store, n))
+		note_draw(store);
 	return record_preserved(store, n, b);
 }
 
@@ -239,8 +367,10 @@ static void note_freed_block(struct nx_snapstore *store, blk64_t blk)
 
 static void note_allocated_block(struct nx_snapstore *store, blk64_t blk)
 {
-	if (store->for_snapshot)
+	if (store->for_snapshot) {
 		ext2fs_mark_block_bitmap2(store->exclude, blk);
+		note_draw(store);	/* the active's block map grows */
+	}
 }
 
 static void on_block_stats(ext2_filsys fs, blk64_t blk, int inuse)
@@ -486,16 +616,24 @@ blk64_t nx_snap_preserve_span(struct nx_volume *vol,
 			      blk64_t pblk, blk64_t count, int *needs)
 {
 	struct nx_snapstore *store = vol->snap;
+	int kind = (inode->i_flags & FS_NOCOW_FL) ? NX_SNAP_COPY :
+						     NX_SNAP_MOVE;
 	blk64_t i;
 
 	*needs = 0;
-	if (!store || !store->active || !count ||
-	    (inode->i_flags & FS_NOCOW_FL))
+	if (!store || !store->active || !count)
 		return count;
-	*needs = nx_cow_needs_preserve(store, pblk);
-	for (i = 1; i < count; i++)
-		if (nx_cow_needs_preserve(store, pblk + i) != *needs)
+	/* What the write hook will copy: as cow_write_hook decides. */
+	for (i = 0; i < count; i++) {
+		int n = nx_cow_needs_preserve(store, pblk + i) &&
+			(kind == NX_SNAP_MOVE ||
+			 block_in_use(vol->fs, pblk + i)) ? kind : 0;
+
+		if (!i)
+			*needs = n;
+		else if (n != *needs)
 			break;
+	}
 	return i;
 }
 
@@ -566,6 +704,8 @@ errcode_t nx_cow_set_active(struct nx_snapstore *store, struct nx_snap *snap,
 	}
 	store->active = NULL;
 	store->copy_goal = 0;
+	store->draws = 0;	/* a new snapshot; nx_cow_count_draws() else */
+	publish_reserve(store);
 	if (!snap) {
 		if (take_map)
 			ext2fs_free_block_bitmap(take_map);
@@ -579,5 +719,6 @@ errcode_t nx_cow_set_active(struct nx_snapstore *store, struct nx_snap *snap,
 		return err;
 	store->cow_map = take_map;
 	store->active = snap;
+	publish_reserve(store);
 	return 0;
 }

@@ -61,6 +61,14 @@ struct nx_snapstore {
 	ext2fs_block_bitmap keep;	/* blocks a delete hands to an older snapshot */
 	struct nx_volume **dead_views;	/* views of deleted snapshots */
 	size_t ndead;
+	/*
+	 * Superblocks, descriptors, bitmaps and inode tables: the metadata
+	 * whose copies the COW reserve is sized for (cow.c).
+	 */
+	ext2fs_block_bitmap fixed;
+	/* What the active snapshot has drawn from its reserve (cow.c). */
+	blk64_t draws;
+	int headroom;			/* nx_snap_keep_headroom() was called */
 	unsigned long preserved;	/* count of preservations, ever */
 	blk64_t copy_goal;		/* where the next copy is allocated */
 	void (*old_stats)(ext2_filsys, blk64_t, int);
@@ -70,6 +78,19 @@ struct nx_snapstore {
 static inline struct nx_snapstore *fs_store(ext2_filsys fs)
 {
 	return nx_volume_of(fs)->snap;
+}
+
+/*
+ * Blocks every live allocation leaves free on a volume served to
+ * writers (nx_snap_keep_headroom), snapshot or not, so that a snapshot
+ * can be taken and committed also when its writers filled it: the new
+ * entry in /.snapshots and the first copies of the superblock,
+ * descriptors and bitmaps it keeps (as ext4 holds reserved clusters back
+ * even from root for what must not fail).
+ */
+static inline blk64_t nx_snap_headroom(ext2_filsys fs)
+{
+	return fs->desc_blocks + 16;
 }
 
 /* Preserved blocks of the active snapshot not yet in its inode. */
@@ -106,6 +127,8 @@ int nx_cow_needs_preserve(struct nx_snapstore *store, blk64_t blk);
 errcode_t nx_cow_apply_pending(struct nx_snapstore *store);
 errcode_t nx_cow_set_active(struct nx_snapstore *store, struct nx_snap *snap,
 			    ext2fs_block_bitmap take_map);
+errcode_t nx_cow_init_fixed(struct nx_snapstore *store);
+errcode_t nx_cow_count_draws(struct nx_snapstore *store);
 
 /* snapview.c */
 errcode_t nx_snap_resolve(struct nx_snapstore *store, int idx, blk64_t blk,

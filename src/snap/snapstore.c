@@ -17,6 +17,7 @@
 #include "nextfs/blkio.h"
 #include "nextfs/inode.h"
 #include "nextfs/meta.h"
+#include "nextfs/reserve.h"
 #include "snap_internal.h"
 
 #define MAX_SNAPSHOTS 1024
@@ -245,6 +246,8 @@ static void free_store(struct nx_snapstore *store)
 		ext2fs_free_block_bitmap(store->exclude);
 	if (store->moved)
 		ext2fs_free_block_bitmap(store->moved);
+	if (store->fixed)
+		ext2fs_free_block_bitmap(store->fixed);
 	nx_blkmap_free(&store->pending);
 	free(store);
 }
@@ -280,6 +283,8 @@ errcode_t nx_snap_attach(struct nx_volume *vol, char *msg, size_t msglen)
 	if (!err)
 		err = ext2fs_allocate_block_bitmap(fs, "moved, pending",
 						   &store->moved);
+	if (!err)
+		err = nx_cow_init_fixed(store);
 	if (err)
 		goto fail;
 	err = find_snapdir(store);
@@ -292,6 +297,7 @@ errcode_t nx_snap_attach(struct nx_volume *vol, char *msg, size_t msglen)
 	}
 	vol->snap = store;
 	nx_cow_install(store);
+	nx_cow_count_draws(store);	/* no active snapshot yet: headroom */
 	if (!nx_volume_rdonly(vol) && store->nsnaps &&
 	    fs->super->s_snapshot_inum) {
 		i = nx_snap_index(store, fs->super->s_snapshot_inum);
@@ -303,6 +309,8 @@ errcode_t nx_snap_attach(struct nx_volume *vol, char *msg, size_t msglen)
 			return err;
 		}
 		err = nx_cow_set_active(store, store->snaps[i], NULL);
+		if (!err)
+			err = nx_cow_count_draws(store);
 		if (err) {
 			nx_set_msg(msg, msglen, "%s", "cannot read the active snapshot's "
 				"block bitmap");
@@ -500,30 +508,42 @@ errcode_t nx_snap_list(struct nx_volume *vol, struct nx_snapinfo **list,
 }
 
 /*
- * Blocks held back for copying metadata while a snapshot is active: every
- * inode table, bitmap and descriptor block may need one copy, plus room
- * for directory/extent/indirect blocks in proportion to the data.  Live
- * allocations fail with ENOSPC before they eat into this (P9).
+ * The COW reserve: what the active snapshot itself may need, held back
+ * from every live allocation while it is active - one copy of every
+ * inode table, bitmap and descriptor block, and its block map, which
+ * grows with what it preserves (each block once: at most in proportion
+ * to the blocks in use at the take), and the few blocks removals may
+ * copy below a writer's floor (reserve.h).  Copies of other blocks are
+ * charged to the writers who cause them (cow.c).  That part is capped at
+ * 1/8 of the volume; the copies of fixed metadata are not: without room
+ * for them a write could only fail half done (P9, docs/design.md P16).
  */
 static blk64_t cow_reserve(ext2_filsys fs)
 {
 	blk64_t total = ext2fs_blocks_count(fs->super);
 	blk64_t used = total - ext2fs_free_blocks_count(fs->super);
-	blk64_t r;
+	blk64_t fixed, maps;
 
-	r = (blk64_t)fs->inode_blocks_per_group * fs->group_desc_count +
-	    2 * (blk64_t)fs->group_desc_count + fs->desc_blocks + 16 +
-	    used / 64;
-	if (r > total / 8)
-		r = total / 8;
-	return r;
+	fixed = (blk64_t)fs->inode_blocks_per_group * fs->group_desc_count +
+		2 * (blk64_t)fs->group_desc_count + fs->desc_blocks;
+	maps = 16 + NX_RESERVE_GRACE + used / 64;
+	if (maps > total / 8)
+		maps = total / 8;
+	return fixed + maps;
 }
 
+void nx_snap_keep_headroom(struct nx_volume *vol)
+{
+	if (!vol->snap)
+		return;
+	vol->snap->headroom = 1;
+	nx_cow_count_draws(vol->snap);	/* publishes it */
+}
+
+/* What live allocations leave free now (snapshot.h; kept by cow.c). */
 blk64_t nx_snap_reserved(struct nx_volume *vol)
 {
-	if (!vol->snap || !vol->snap->active)
-		return 0;
-	return vol->fs->super->s_snapshot_r_blocks_count;
+	return vol->cow_reserve;
 }
 
 errcode_t nx_snap_check_space(struct nx_volume *vol, blk64_t want)
@@ -1085,6 +1105,9 @@ errcode_t nx_snap_delete(struct nx_volume *vol, const char *name)
 	ext2fs_mark_super_dirty(fs);
 	if (!err)
 		err = nx_volume_sync(vol);
+	/* An older snapshot may be active now, holding what it holds. */
+	if (!err)
+		err = nx_cow_count_draws(store);
 out:
 	if (take_map)
 		ext2fs_free_block_bitmap(take_map);

@@ -159,6 +159,12 @@ static void release_deferred(struct nx_txn *t)
 	t->ndeferred = 0;
 }
 
+void nx_txn_release_frees(struct nx_volume *vol)
+{
+	if (vol->txn)
+		release_deferred(vol->txn);
+}
+
 errcode_t nx_txn_recover(ext2_filsys fs, struct nx_blkio *io,
 			 unsigned *replayed, char *msg, size_t msglen)
 {

@@ -196,7 +196,8 @@ class CompletionTest(nx.NxTestCase):
                          ['-oro,read_ahead_kb='])
         self.assertEqual(self.fuse_opts('-o', 'fake'), ['fakeroot'])
         self.assertEqual(self.fuse_opts('-o', 'snapshot_'),
-                         ['snapshot_every=', 'snapshot_keep='])
+                         ['snapshot_every=', 'snapshot_group=',
+                          'snapshot_keep='])
         # COMP_WORDS splits at "=": bash replaces only the text after it
         self.assertEqual(
             self.fuse_opts('-o', 'fsname', '=', 'x,read_',
