@@ -48,8 +48,9 @@ struct nx_volume {
 };
 
 /*
- * Open DEVICE.  On failure returns non-zero and, if MSG is non-NULL, puts a
- * one-line human readable reason (without trailing newline) into MSG.
+ * Open DEVICE.  On failure returns non-zero, sets *RET to NULL and, if MSG
+ * is non-NULL, puts a one-line human readable reason (without trailing
+ * newline) into MSG.
  */
 errcode_t nx_volume_open(const char *device, int flags,
 			 struct nx_volume **ret, char *msg, size_t msglen);

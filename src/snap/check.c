@@ -122,6 +122,7 @@ errcode_t nx_raw_open(const char *device, int mode, struct nx_rawvol **ret,
 	struct nx_probe probe;
 	errcode_t err;
 
+	*ret = NULL;		/* whatever happens: callers may close it */
 	nx_set_msg(msg, msglen, "%s", "");
 	initialize_ext2_error_table();
 	raw = calloc(1, sizeof(*raw));

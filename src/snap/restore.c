@@ -101,6 +101,7 @@ static errcode_t precheck(const char *device, const char *name, int flags,
 		return err;
 	err = nx_snap_list(vol, &list, &n);
 	nx_volume_close(vol);
+	vol = NULL;		/* closed: the read-write open below is another */
 	if (err)
 		return err;
 	for (i = 0; i < n; i++)

@@ -350,6 +350,7 @@ errcode_t nx_volume_open(const char *device, int flags,
 	struct nx_volume *vol;
 	errcode_t err;
 
+	*ret = NULL;		/* whatever happens: callers may close it */
 	nx_set_msg(msg, msglen, "%s", "");
 	initialize_ext2_error_table();
 	nx_crc32c_init();	/* before libext2fs checksums anything */
