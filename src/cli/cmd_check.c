@@ -654,16 +654,23 @@ int nx_cmd_check(int argc, char **argv)
 				return CHECK_OPERROR;
 			if (frc == 1 || frc == 2)
 				res.fixed++;
-			/* Count again what is left after e2fsck's repairs. */
+			/*
+			 * Again after e2fsck's repairs, repairing: what it
+			 * cleared (a snapshot file whose map was corrupt)
+			 * leaves the list to relink, which a second run
+			 * would otherwise have to do.
+			 */
 			res.errors = 0;
-			err = nx_check(image, 0, print_finding, &rc, &prog,
-				       &again, msg, sizeof(msg));
+			err = nx_check(image, NX_CHECK_REPAIR, print_finding,
+				       &rc, &prog, &again, msg, sizeof(msg));
 			if (err) {
 				nx_cli_error("%s", msg[0] ? msg :
 					     error_message(err));
 				return CHECK_OPERROR;
 			}
 			res.errors = again.errors;
+			res.fixed += again.fixed;
+			res.nsnaps = again.nsnaps;
 			live_errors = 0;
 			if (fsck_live(image, rc.verbose, &live_errors) < 0)
 				return CHECK_OPERROR;

@@ -56,11 +56,6 @@ static errcode_t refuse_unreadable(struct nx_rawvol *raw, char *msg,
 	}
 	if (!raw->rw)
 		return 0;
-	if (ext2fs_has_feature_journal_needs_recovery(sb)) {
-		nx_set_msg(msg, msglen, "%s: the journal needs recovery; run "
-			"'e2fsck -fy' first", raw->device);
-		return EXT2_ET_UNSUPP_FEATURE;
-	}
 	if (!ext2fs_check_if_mounted(raw->device, &mflags) &&
 	    (mflags & EXT2_MF_MOUNTED)) {
 		nx_set_msg(msg, msglen, "%s is mounted by the kernel; unmount it "
@@ -173,6 +168,18 @@ errcode_t nx_raw_open(const char *device, int mode, struct nx_rawvol **ret,
 	err = refuse_unreadable(raw, msg, msglen);
 	if (err)
 		goto fail;
+	/*
+	 * A writer has just replayed the log (nx_txn_replay_device): it is
+	 * empty, whatever the flag still says (a crash leaves it set, and
+	 * the replay writes the logged superblock, which has it set too).
+	 * We write without the journal, so the volume is clean as far as
+	 * the journal goes once we are done, as after e2fsck's replay.
+	 * Written at close, and only then: a refusal below writes nothing.
+	 */
+	if (rw && ext2fs_has_feature_journal_needs_recovery(raw->fs->super)) {
+		ext2fs_clear_feature_journal_needs_recovery(raw->fs->super);
+		ext2fs_mark_super_dirty(raw->fs);
+	}
 	raw->fs->default_bitmap_type = EXT2FS_BMAP64_RBTREE;	/* see volume.c */
 	err = ext2fs_read_bitmaps(raw->fs);
 	if (err) {
