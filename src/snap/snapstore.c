@@ -820,6 +820,7 @@ struct handover {
 	blk64_t *n, *b;
 	size_t count, cap;
 	ext2fs_block_bitmap need;	/* N the older snapshot needs */
+	int nomem;			/* the list is incomplete */
 };
 
 static int collect_handover(ext2_filsys fs, blk64_t *blocknr,
@@ -839,8 +840,10 @@ static int collect_handover(ext2_filsys fs, blk64_t *blocknr,
 
 		if (n)
 			h->n = n;
-		if (!n || !b)
+		if (!n || !b) {
+			h->nomem = 1;
 			return BLOCK_ABORT;
+		}
 		h->b = b;
 		h->cap = cap;
 	}
@@ -906,6 +909,9 @@ static errcode_t collect_need(struct nx_snapstore *store, int idx,
 	err = ext2fs_block_iterate3(store->vol->fs, s->ino,
 				    BLOCK_FLAG_READ_ONLY, NULL,
 				    collect_handover, h);
+	/* A partial hand-over would lose what the older one shows. */
+	if (!err && h->nomem)
+		err = EXT2_ET_NO_MEMORY;
 	ext2fs_free_block_bitmap(h->need);
 	h->need = NULL;
 	return err;
