@@ -97,7 +97,9 @@ static errcode_t precheck(const char *device, const char *name, int flags,
 	int n = 0, i, idx = -1;
 	errcode_t err;
 
-	err = nx_volume_open(device, NX_VOL_RDONLY, &vol, msg, msglen);
+	/* Strict: what the engine would refuse to write, restore refuses. */
+	err = nx_volume_open(device, NX_VOL_RDONLY | NX_VOL_STRICT, &vol, msg,
+			     msglen);
 	if (err)
 		return err;
 	err = nx_snap_list(vol, &list, &n);
