@@ -637,6 +637,20 @@ int nx_cmd_check(int argc, char **argv)
 		nx_cli_progress_end(&prog);
 		res.fixed++;
 	}
+	if (!err && repair && res.fixed && res.errors) {
+		/*
+		 * What was found before a repair may be gone after it (new
+		 * ids give a snapshot's extent blocks new checksums): count
+		 * again what is left.
+		 */
+		unsigned fixed = res.fixed;
+
+		nx_cli_progress_begin(&prog);
+		err = nx_check(image, NX_CHECK_REPAIR, print_finding, &rc,
+			       &prog, &res, msg, sizeof(msg));
+		nx_cli_progress_end(&prog);
+		res.fixed += fixed;
+	}
 	if (err) {
 		nx_cli_error("%s", msg[0] ? msg : error_message(err));
 		return CHECK_OPERROR;
