@@ -141,6 +141,14 @@ errcode_t nx_blkio_pwrite_data(struct nx_blkio *io, const void *buf,
 #define NX_BLKIO_STREAM_WINDOW	(32U << 20)
 void nx_blkio_stream_settle(struct nx_blkio *io);
 
+/*
+ * A sealed channel refuses every write (EXT2_ET_RO_FILSYS) while reads go
+ * on: the opener seals it while it checks whether the volume may be
+ * written at all (volume.h), so that nothing can reach the device before
+ * every check has passed.
+ */
+void nx_blkio_seal(struct nx_blkio *io, int sealed);
+
 /* Write bypassing the hook: only for the snapshot layer's own copies. */
 errcode_t nx_blkio_pwrite_raw(struct nx_blkio *io, const void *buf,
 			      uint64_t len, uint64_t offset);

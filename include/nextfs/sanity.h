@@ -18,7 +18,10 @@
  *    needs again after a replay (libext2fs trusts these fields).
  *  - nx_sanity_check_loaded(): on an open handle with its bitmaps loaded
  *    (after any replay): every group's bitmaps and inode table marked in
- *    use, the root directory's inode, the orphan list.
+ *    use, the root directory's inode, the orphan list and the block map
+ *    of every orphan that will be freed.
+ *  - nx_sanity_walk_map(): one inode's block map (the snapshot engine
+ *    checks the snapshot files' maps with it before anything is written).
  *  - nx_sanity_bitmap_problem(): names the group when libext2fs refused a
  *    bitmap for its checksum.
  *
@@ -96,6 +99,25 @@ enum nx_damage_level nx_sanity_check_root(ext2_filsys fs,
 					  struct nx_damage *d);
 void nx_sanity_bitmap_problem(ext2_filsys fs, errcode_t err,
 			      struct nx_damage *d);
+
+/*
+ * The block map of inode INO (INODE as read: extent tree or indirect
+ * blocks), checked as the kernel checks one before it uses it - extent
+ * headers (magic, depth, entry counts, checksum), entries in order, every
+ * block inside the volume, no map block used twice - reading only.  FN,
+ * if not NULL, gets each run the map holds: COUNT blocks from PBLK, file
+ * data at logical LBLK, or map blocks (LBLK == NX_MAP_META); a non-zero
+ * return stops the walk and is returned (FN says why where it wants).
+ * Damage returns EXT2_ET_FILESYSTEM_CORRUPTED with PROBLEM saying what,
+ * starting "it ..." or "its ..." (the caller names whose map it is).
+ * Inodes without a map (inline data, fast symlinks, devices) pass.
+ */
+#define NX_MAP_META	((blk64_t)-1)
+typedef errcode_t (*nx_map_fn)(void *priv, blk64_t pblk, blk64_t count,
+			       blk64_t lblk);
+errcode_t nx_sanity_walk_map(ext2_filsys fs, ext2_ino_t ino,
+			     struct ext2_inode *inode, nx_map_fn fn,
+			     void *priv, char *problem, size_t len);
 
 /*
  * The line for DEVICE refused (RDONLY: even for reading) because of D;

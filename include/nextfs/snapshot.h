@@ -40,7 +40,19 @@ struct nx_snapinfo {
 	int active;			/* receives copy-on-write */
 };
 
-errcode_t nx_snap_attach(struct nx_volume *vol, char *msg, size_t msglen);
+/*
+ * Attaching reads only: the list, every snapshot file's inode and block
+ * map (sanity.h's map walk), the names and the superblock's snapshot
+ * fields are checked before anything can write.  Damage goes into DMG
+ * (sanity.h, read-write level: the caller makes the refusal line), and
+ * refuses (EXT2_ET_FILESYSTEM_CORRUPTED, nothing attached) - except for a
+ * read-only open (volume.h), which goes on past damage only writing
+ * would meet, and with NX_VOL_SALVAGE without any snapshot (*DROPPED set)
+ * when what views read is damaged.  Other errors: MSG says why.
+ */
+struct nx_damage;
+errcode_t nx_snap_attach(struct nx_volume *vol, struct nx_damage *dmg,
+			 int *dropped, char *msg, size_t msglen);
 void nx_snap_detach(struct nx_volume *vol);
 
 /* Validate a snapshot name: 0, EINVAL, ENAMETOOLONG. */

@@ -82,7 +82,9 @@ struct nx_rawvol {
  * Open DEVICE for the offline tools: lock it (exclusive, and a block
  * device claimed, for writing), refuse a volume in use by nextfs or (for
  * writing) mounted by the kernel, refuse what libext2fs cannot read;
- * HAS_SNAPSHOT is accepted.  Bitmaps are loaded.
+ * HAS_SNAPSHOT is accepted.  Bitmaps are loaded.  Writers replay a
+ * crash's journal first and clear needs_recovery (written at close: the
+ * tools write without the journal).  On failure *RET is NULL.
  */
 errcode_t nx_raw_open(const char *device, int mode, struct nx_rawvol **ret,
 		      char *msg, size_t msglen);

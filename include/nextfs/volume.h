@@ -4,11 +4,15 @@
  * Contract: nx_volume_open() opens the volume through libext2fs on top of
  * the nextfs block I/O layer (blkio.h), refuses volumes it cannot safely
  * serve (not ext2/3/4, unknown features, journal needing recovery, and
- * for writing any damage the kernel's mount-time checks find: sanity.h;
- * already held by another process: holder.h) with an errcode and a
- * one-line message, before it writes anything.  It locks the volume
- * (exclusive for writers, who also claim a block device with O_EXCL), and
- * for read-write opens marks the filesystem not-clean on disk.  nx_volume_close() writes
+ * for writing any damage the kernel's mount-time checks find: sanity.h,
+ * or damaged snapshot metadata: snapshot.h; already held by another
+ * process: holder.h) with an errcode and a one-line message, before it
+ * writes anything: every check comes first, with the device sealed
+ * against writes (blkio.h), and only then what writes (only a crash's
+ * journal is replayed before the checks that need its result).  It
+ * locks the volume (exclusive for writers, who also claim a block device
+ * with O_EXCL), and for read-write opens marks the filesystem not-clean
+ * on disk and frees the orphans a crash left.  nx_volume_close() writes
  * back all dirty metadata, marks the volume clean again and releases it.
  *
  * libext2fs is not thread-safe: every caller that touches vol->fs holds
@@ -26,6 +30,17 @@
 
 #define NX_VOL_RDONLY	0x0001	/* open read-only; nothing is written */
 #define NX_VOL_ABANDONED 0x0002	/* set by nx_volume_abandon() */
+/*
+ * With NX_VOL_RDONLY: refuse what a writer would refuse (a tool that
+ * looks before it writes offline), instead of reading past damage.
+ */
+#define NX_VOL_STRICT	0x0004
+/*
+ * With NX_VOL_RDONLY: when the snapshots' metadata is damaged, go on with
+ * the live volume alone (a read-only mount serving what it can), instead
+ * of refusing (what tools that read snapshots want).
+ */
+#define NX_VOL_SALVAGE	0x0008
 
 struct nx_blkio;
 struct nx_xcache;
@@ -55,8 +70,9 @@ struct nx_volume {
 };
 
 /*
- * Open DEVICE.  On failure returns non-zero and, if MSG is non-NULL, puts a
- * one-line human readable reason (without trailing newline) into MSG.
+ * Open DEVICE.  On failure returns non-zero, sets *RET to NULL and, if MSG
+ * is non-NULL, puts a one-line human readable reason (without trailing
+ * newline) into MSG.
  */
 errcode_t nx_volume_open(const char *device, int flags,
 			 struct nx_volume **ret, char *msg, size_t msglen);
@@ -81,6 +97,12 @@ errcode_t nx_volume_statfs(struct nx_volume *vol, struct statvfs *st);
 static inline int nx_volume_rdonly(const struct nx_volume *vol)
 {
 	return (vol->flags & NX_VOL_RDONLY) != 0;
+}
+
+/* Does this open read past damage that only writing must not meet? */
+static inline int nx_volume_lenient(const struct nx_volume *vol)
+{
+	return nx_volume_rdonly(vol) && !(vol->flags & NX_VOL_STRICT);
 }
 
 /*

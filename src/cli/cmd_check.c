@@ -637,6 +637,20 @@ int nx_cmd_check(int argc, char **argv)
 		nx_cli_progress_end(&prog);
 		res.fixed++;
 	}
+	if (!err && repair && res.fixed && res.errors) {
+		/*
+		 * What was found before a repair may be gone after it (new
+		 * ids give a snapshot's extent blocks new checksums): count
+		 * again what is left.
+		 */
+		unsigned fixed = res.fixed;
+
+		nx_cli_progress_begin(&prog);
+		err = nx_check(image, NX_CHECK_REPAIR, print_finding, &rc,
+			       &prog, &res, msg, sizeof(msg));
+		nx_cli_progress_end(&prog);
+		res.fixed += fixed;
+	}
 	if (err) {
 		nx_cli_error("%s", msg[0] ? msg : error_message(err));
 		return CHECK_OPERROR;
@@ -654,16 +668,23 @@ int nx_cmd_check(int argc, char **argv)
 				return CHECK_OPERROR;
 			if (frc == 1 || frc == 2)
 				res.fixed++;
-			/* Count again what is left after e2fsck's repairs. */
+			/*
+			 * Again after e2fsck's repairs, repairing: what it
+			 * cleared (a snapshot file whose map was corrupt)
+			 * leaves the list to relink, which a second run
+			 * would otherwise have to do.
+			 */
 			res.errors = 0;
-			err = nx_check(image, 0, print_finding, &rc, &prog,
-				       &again, msg, sizeof(msg));
+			err = nx_check(image, NX_CHECK_REPAIR, print_finding,
+				       &rc, &prog, &again, msg, sizeof(msg));
 			if (err) {
 				nx_cli_error("%s", msg[0] ? msg :
 					     error_message(err));
 				return CHECK_OPERROR;
 			}
 			res.errors = again.errors;
+			res.fixed += again.fixed;
+			res.nsnaps = again.nsnaps;
 			live_errors = 0;
 			if (fsck_live(image, rc.verbose, &live_errors) < 0)
 				return CHECK_OPERROR;

@@ -246,7 +246,9 @@ static int open_volume(struct nx_fuse *fs, const struct nx_fuse_config *cfg)
 	char msg[512];
 	errcode_t err;
 
-	err = nx_volume_open(cfg->device, cfg->rdonly ? NX_VOL_RDONLY : 0,
+	/* -o ro serves what it can: the live tree without broken snapshots. */
+	err = nx_volume_open(cfg->device, cfg->rdonly ?
+			     NX_VOL_RDONLY | NX_VOL_SALVAGE : 0,
 			     &fs->vol, msg, sizeof(msg));
 	if (err) {
 		fs->vol = NULL;

@@ -56,11 +56,6 @@ static errcode_t refuse_unreadable(struct nx_rawvol *raw, char *msg,
 	}
 	if (!raw->rw)
 		return 0;
-	if (ext2fs_has_feature_journal_needs_recovery(sb)) {
-		nx_set_msg(msg, msglen, "%s: the journal needs recovery; run "
-			"'e2fsck -fy' first", raw->device);
-		return EXT2_ET_UNSUPP_FEATURE;
-	}
 	if (!ext2fs_check_if_mounted(raw->device, &mflags) &&
 	    (mflags & EXT2_MF_MOUNTED)) {
 		nx_set_msg(msg, msglen, "%s is mounted by the kernel; unmount it "
@@ -122,6 +117,7 @@ errcode_t nx_raw_open(const char *device, int mode, struct nx_rawvol **ret,
 	struct nx_probe probe;
 	errcode_t err;
 
+	*ret = NULL;		/* whatever happens: callers may close it */
 	nx_set_msg(msg, msglen, "%s", "");
 	initialize_ext2_error_table();
 	raw = calloc(1, sizeof(*raw));
@@ -172,6 +168,18 @@ errcode_t nx_raw_open(const char *device, int mode, struct nx_rawvol **ret,
 	err = refuse_unreadable(raw, msg, msglen);
 	if (err)
 		goto fail;
+	/*
+	 * A writer has just replayed the log (nx_txn_replay_device): it is
+	 * empty, whatever the flag still says (a crash leaves it set, and
+	 * the replay writes the logged superblock, which has it set too).
+	 * We write without the journal, so the volume is clean as far as
+	 * the journal goes once we are done, as after e2fsck's replay.
+	 * Written at close, and only then: a refusal below writes nothing.
+	 */
+	if (rw && ext2fs_has_feature_journal_needs_recovery(raw->fs->super)) {
+		ext2fs_clear_feature_journal_needs_recovery(raw->fs->super);
+		ext2fs_mark_super_dirty(raw->fs);
+	}
 	raw->fs->default_bitmap_type = EXT2FS_BMAP64_RBTREE;	/* see volume.c */
 	err = ext2fs_read_bitmaps(raw->fs);
 	if (err) {
@@ -802,6 +810,24 @@ static int fix_relink(struct checker *ck, void *arg)
 	return 0;
 }
 
+/*
+ * A snapshot's map as the engine checks it before it writes (sanity.h):
+ * e2fsck -fy (run by --repair when it finds the same) clears what it
+ * cannot use, and the list is relinked without it.
+ */
+static void check_map(struct checker *ck, struct cand *c, const char *label)
+{
+	char problem[200];
+	errcode_t err;
+
+	err = nx_sanity_walk_map(ck->fs, c->ino, (struct ext2_inode *)&c->inode,
+				 NULL, NULL, problem, sizeof(problem));
+	if (err)
+		say(ck, NX_CHECK_ERROR, "%s has a corrupt block map: %s", label,
+		    err == EXT2_ET_FILESYSTEM_CORRUPTED ? problem :
+		    error_message(err));
+}
+
 /* Decide which candidates are snapshots and check each one's inode. */
 static void classify(struct checker *ck)
 {
@@ -845,8 +871,7 @@ static void classify(struct checker *ck)
 		if (c->inode.i_links_count != 1)
 			say(ck, NX_CHECK_ERROR, "%s has %u links (expected 1)",
 			    label, c->inode.i_links_count);
-		if (!c->inode.i_generation)
-			say(ck, NX_CHECK_ERROR, "%s has id 0", label);
+		check_map(ck, c, label);
 		if (EXT2_I_SIZE(&c->inode) != full)
 			finding(ck, 1, fix_size, c, "%s has size %llu "
 				"(expected %llu)", label,
@@ -882,13 +907,139 @@ static errcode_t sort_real(struct checker *ck)
 	ck->nreal = n;
 	for (i = 1; i < n; i++)
 		if (ck->real[i]->inode.i_generation ==
-		    ck->real[i - 1]->inode.i_generation) {
-			say(ck, NX_CHECK_ERROR, "snapshot inodes %u and %u share "
-			    "id %u: their order is unknown", ck->real[i - 1]->ino,
-			    ck->real[i]->ino, ck->real[i]->inode.i_generation);
+		    ck->real[i - 1]->inode.i_generation)
 			ck->ids_ambiguous = 1;
-		}
 	return 0;
+}
+
+static int by_list_pos(const void *a, const void *b)
+{
+	const struct cand *x = *(struct cand *const *)a;
+	const struct cand *y = *(struct cand *const *)b;
+
+	return x->list_pos < y->list_pos ? -1 : x->list_pos > y->list_pos;
+}
+
+/* Does the list hold exactly the snapshots, followed to its end? */
+static int list_holds_all(struct checker *ck)
+{
+	int i, on_list = 0;
+
+	if (ck->list_broken)
+		return 0;
+	for (i = 0; i < ck->ncands; i++)
+		if (ck->cands[i].list_pos >= 0) {
+			if (!ck->cands[i].real)
+				return 0;
+			on_list++;
+		}
+	return on_list == ck->nreal;
+}
+
+struct recsum {
+	struct checker *ck;
+	ext2_ino_t ino;
+	char *buf;
+};
+
+/* A map block of R->ino: an extent block gets the checksum of its id. */
+static errcode_t recsum_block(void *priv, blk64_t pblk, blk64_t count,
+			      blk64_t lblk)
+{
+	struct recsum *r = priv;
+	ext2_filsys fs = r->ck->fs;
+	struct ext3_extent_header *eh = (void *)r->buf;
+	errcode_t err;
+
+	if (lblk != NX_MAP_META)
+		return 0;
+	err = io_channel_read_blk64(fs->io, pblk, 1, r->buf);
+	if (!err)
+		err = ext2fs_extent_block_csum_set(fs, r->ino, eh);
+	if (!err)
+		err = io_channel_write_blk64(fs->io, pblk, 1, r->buf);
+	return err;
+}
+
+/*
+ * C's id is new: with metadata_csum its extent blocks' checksums, which
+ * cover the inode's generation (the id), are made again - after the
+ * inode, which the walk reads them with, and before it checks them.
+ */
+static int recsum_map(struct checker *ck, struct cand *c)
+{
+	struct recsum r = { ck, c->ino, NULL };
+	char problem[200];
+	errcode_t err;
+
+	if (!ext2fs_has_feature_metadata_csum(ck->fs->super) ||
+	    !(c->inode.i_flags & EXT4_EXTENTS_FL))
+		return 0;
+	if (ext2fs_get_mem(ck->fs->blocksize, &r.buf))
+		return -1;
+	err = nx_sanity_walk_map(ck->fs, c->ino, (struct ext2_inode *)&c->inode,
+				 recsum_block, &r, problem, sizeof(problem));
+	ext2fs_free_mem(&r.buf);
+	return err ? -1 : 0;
+}
+
+/* New ids in list order, oldest first; fresh ones: ids are never reused. */
+static int fix_renumber(struct checker *ck, void *arg)
+{
+	struct ext2_super_block *sb = ck->fs->super;
+	uint32_t next = sb->s_snapshot_id;
+	int i;
+
+	for (i = 0; i < ck->nreal; i++)
+		if (ck->real[i]->inode.i_generation > next)
+			next = ck->real[i]->inode.i_generation;
+	if (next > NX_SNAP_ID_MAX - (uint32_t)ck->nreal)
+		return -1;
+	qsort(ck->real, ck->nreal, sizeof(*ck->real), by_list_pos);
+	for (i = ck->nreal - 1; i >= 0; i--) {
+		ck->real[i]->inode.i_generation = ++next;
+		if (write_cand(ck, ck->real[i]) || recsum_map(ck, ck->real[i]))
+			return -1;
+	}
+	sb->s_snapshot_id = next;
+	ext2fs_mark_super_dirty(ck->fs);
+	ck->ids_ambiguous = 0;
+	return 0;
+}
+
+/*
+ * Views find snapshots by id, and a broken list is relinked by ids: a
+ * zero or shared id leaves the order to the list.  Where the list can
+ * tell it (it holds exactly the snapshots and can be followed), they get
+ * new ids in that order.
+ */
+static void check_ids(struct checker *ck)
+{
+	struct cand *a = NULL, *b = NULL;
+	char what[160];
+	int i, fixable;
+
+	for (i = 0; i < ck->nreal && !a; i++)
+		if (!ck->real[i]->inode.i_generation)
+			a = ck->real[i];
+	for (i = 1; i < ck->nreal && !a; i++)
+		if (ck->real[i]->inode.i_generation ==
+		    ck->real[i - 1]->inode.i_generation) {
+			a = ck->real[i - 1];
+			b = ck->real[i];
+		}
+	if (!a)
+		return;
+	if (b)
+		snprintf(what, sizeof(what), "snapshot inodes %u and %u share "
+			 "id %u", a->ino, b->ino, a->inode.i_generation);
+	else
+		snprintf(what, sizeof(what), "snapshot inode %u has id 0",
+			 a->ino);
+	fixable = list_holds_all(ck);
+	finding(ck, fixable, fix_renumber, NULL, "%s; %s", what, fixable ?
+		"the list gives their order: new ids in that order" :
+		"their order is unknown");
 }
 
 /* Does the on-disk list equal the snapshots ordered by id? */
@@ -952,6 +1103,13 @@ static int fix_super_fields(struct checker *ck, void *arg)
 	return 0;
 }
 
+static int fix_reserve(struct checker *ck, void *arg)
+{
+	ck->fs->super->s_snapshot_r_blocks_count = nx_snap_cow_reserve(ck->fs);
+	ext2fs_mark_super_dirty(ck->fs);
+	return 0;
+}
+
 static int fix_is_snapshot(struct checker *ck, void *arg)
 {
 	ck->fs->super->s_flags &= ~EXT2_FLAGS_IS_SNAPSHOT;
@@ -981,6 +1139,11 @@ static void check_list_and_super(struct checker *ck)
 		super_ok = !has && !sb->s_snapshot_inum &&
 			   !sb->s_snapshot_list &&
 			   !sb->s_snapshot_r_blocks_count;
+	if (ck->nreal && sb->s_snapshot_r_blocks_count >
+	    ext2fs_blocks_count(sb) / 8)
+		finding(ck, 1, fix_reserve, NULL, "superblock: the copy-on-write "
+			"reserve (%llu blocks) is more than an eighth of the "
+			"volume", (unsigned long long)sb->s_snapshot_r_blocks_count);
 	if (!super_ok)
 		finding(ck, !ck->ids_ambiguous, fix_super_fields, NULL,
 			"superblock: snapshot fields (has_snapshot %d, active "
@@ -1207,6 +1370,9 @@ static errcode_t check_views(struct checker *ck, const char *device)
 		return 0;
 	}
 	nx_volume_lock(vol);
+	if (nx_snap_count(vol) != ck->nreal)
+		say(ck, NX_CHECK_ERROR, "the snapshot engine reads %d of the %d "
+		    "snapshots", nx_snap_count(vol), ck->nreal);
 	check_preserved(ck, vol);
 	nx_volume_unlock(vol);
 	ck->res->views_checked = 1;
@@ -1263,6 +1429,7 @@ errcode_t nx_check(const char *device, int flags, nx_check_report_fn report,
 	err = sort_real(&ck);
 	if (err)
 		goto out;
+	check_ids(&ck);
 	report_ownership(&ck);
 	check_list_and_super(&ck);
 	res->nsnaps = ck.nreal;

@@ -53,6 +53,7 @@ struct restorer {
 	const struct nx_progress *prog;
 	struct nx_restore_result *res;
 	ext2_ino_t snap;		/* S */
+	int nomem;			/* a block map walk ran out of memory */
 	ext2_ino_t snapdir;
 	ext2_ino_t *cur;		/* current snapshot inodes */
 	int ncur;
@@ -96,11 +97,14 @@ static errcode_t precheck(const char *device, const char *name, int flags,
 	int n = 0, i, idx = -1;
 	errcode_t err;
 
-	err = nx_volume_open(device, NX_VOL_RDONLY, &vol, msg, msglen);
+	/* Strict: what the engine would refuse to write, restore refuses. */
+	err = nx_volume_open(device, NX_VOL_RDONLY | NX_VOL_STRICT, &vol, msg,
+			     msglen);
 	if (err)
 		return err;
 	err = nx_snap_list(vol, &list, &n);
 	nx_volume_close(vol);
+	vol = NULL;		/* closed: the read-write open below is another */
 	if (err)
 		return err;
 	for (i = 0; i < n; i++)
@@ -159,8 +163,10 @@ static int collect_mapping(ext2_filsys fs, blk64_t *blocknr,
 	if (blockcnt < 0)
 		return 0;
 	if (nx_grow((void **)&r->map, &r->capmap, r->nmap, sizeof(*r->map),
-		    64))
+		    64)) {
+		r->nomem = 1;	/* a partial map must not be restored */
 		return BLOCK_ABORT;
+	}
 	r->map[r->nmap].n = blockcnt;
 	r->map[r->nmap].b = *blocknr;
 	r->nmap++;
@@ -207,6 +213,8 @@ static errcode_t load_snapshots(struct restorer *r, const char *name,
 	}
 	err = ext2fs_block_iterate3(fs, r->snap, BLOCK_FLAG_READ_ONLY, NULL,
 				    collect_mapping, r);
+	if (!err && r->nomem)
+		err = EXT2_ET_NO_MEMORY;
 	for (i = 1; !err && i < r->ncur; i++)
 		err = ext2fs_block_iterate3(fs, r->cur[i],
 					    BLOCK_FLAG_READ_ONLY, NULL,
@@ -369,6 +377,7 @@ static void empty_map(struct ext2_inode_large *inode)
 struct tree_blocks {
 	blk64_t *v;
 	size_t n, cap;
+	int nomem;
 };
 
 static int collect_tree_block(ext2_filsys fs, blk64_t *blocknr,
@@ -379,8 +388,10 @@ static int collect_tree_block(ext2_filsys fs, blk64_t *blocknr,
 
 	if (blockcnt >= 0)
 		return 0;
-	if (nx_grow((void **)&tb->v, &tb->cap, tb->n, sizeof(*tb->v), 64))
+	if (nx_grow((void **)&tb->v, &tb->cap, tb->n, sizeof(*tb->v), 64)) {
+		tb->nomem = 1;
 		return BLOCK_ABORT;
+	}
 	tb->v[tb->n++] = *blocknr;
 	return 0;
 }
@@ -398,6 +409,8 @@ static errcode_t seal_tree(struct restorer *r, ext2_ino_t tino)
 		return EXT2_ET_NO_MEMORY;
 	err = ext2fs_block_iterate3(fs, tino, BLOCK_FLAG_READ_ONLY, NULL,
 				    collect_tree_block, &tb);
+	if (!err && tb.nomem)
+		err = EXT2_ET_NO_MEMORY;	/* unsealed blocks: fail */
 	for (i = 0; i < tb.n && !err; i++) {
 		err = io_channel_read_blk64(fs->io, tb.v[i], 1, buf);
 		if (!err)

@@ -138,6 +138,8 @@ errcode_t nx_snap_read_take_bitmap(struct nx_snapstore *store, int idx,
 
 /* snapstore.c */
 int nx_snap_index(struct nx_snapstore *store, ext2_ino_t ino);
+/* The copy-on-write reserve a take sets: at most an eighth of the volume. */
+blk64_t nx_snap_cow_reserve(ext2_filsys fs);
 /* Index of the first snapshot with id >= ID, or nsnaps (binary search). */
 int nx_snap_seek(struct nx_snapstore *store, uint32_t id);
 

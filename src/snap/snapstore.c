@@ -10,14 +10,17 @@
  * reused even when the newest snapshot is deleted (docs/snapshots.md).
  */
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <et/com_err.h>
 #include "nextfs/blkio.h"
 #include "nextfs/inode.h"
 #include "nextfs/meta.h"
 #include "nextfs/reserve.h"
+#include "nextfs/sanity.h"
 #include "snap_internal.h"
 
 #define MAX_SNAPSHOTS 1024
@@ -70,67 +73,130 @@ static errcode_t new_snap(ext2_filsys fs, struct nx_snap **ret)
 	return 0;
 }
 
-struct scan_blocks {
+/* ------------------------------------------------------------------ */
+/* Loading the list at attach, and checking what the engine relies on. */
+
+/*
+ * Everything the engine relies on is checked here, reading only, before
+ * the volume is written (docs/lifecycle.md): a snapshot file's map that
+ * stops half way would only show when the first copy-on-write (the
+ * superblock, at mount) tries to extend it, after it has written.
+ * Findings go to DMG as read-write damage, in two kinds:
+ *  - what views read (the list, ids, maps, names): a read-only open goes
+ *    on without the snapshots (VIEWS set);
+ *  - what only writing uses (the superblock's active snapshot, last id
+ *    and reserve): read-only opens serve them.
+ */
+struct loader {
 	struct nx_snapstore *store;
-	struct nx_snap *snap;
-	blk64_t count;
+	struct nx_damage *dmg;
+	int views;			/* damage to what views read */
+	struct nx_snap *snap;		/* whose map is being scanned */
+	char problem[200];		/* what the map scan found */
 };
 
-/* Every block a snapshot file owns is excluded; data blocks are mapped N. */
-static int scan_block(ext2_filsys fs, blk64_t *blocknr, e2_blkcnt_t blockcnt,
-		      blk64_t ref_blk, int ref_offset, void *priv)
-{
-	struct scan_blocks *sb = priv;
+static errcode_t views_damage(struct loader *ld, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
 
-	if (*blocknr < fs->super->s_first_data_block ||
-	    *blocknr >= ext2fs_blocks_count(fs->super))
-		return BLOCK_ABORT;
-	ext2fs_mark_block_bitmap2(sb->store->exclude, *blocknr);
-	if (blockcnt >= (e2_blkcnt_t)fs->super->s_first_data_block &&
-	    (blk64_t)blockcnt < ext2fs_blocks_count(fs->super))
-		ext2fs_mark_block_bitmap2(sb->snap->mapped, blockcnt);
-	sb->count++;
+static errcode_t views_damage(struct loader *ld, const char *fmt, ...)
+{
+	char buf[sizeof(ld->dmg->problem)];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(buf, sizeof(buf), fmt, ap);
+	va_end(ap);
+	nx_damage_note(ld->dmg, NX_DAMAGE_RW, "%s", buf);
+	ld->views = 1;
+	return EXT2_ET_FILESYSTEM_CORRUPTED;
+}
+
+/*
+ * One run of snapshot S's map (nx_sanity_walk_map): every block it owns
+ * is excluded from the copy-on-write set, and owned by no other snapshot
+ * file; data blocks are mapped at logical N, inside the volume.
+ */
+static errcode_t scan_run(void *priv, blk64_t pblk, blk64_t count,
+			  blk64_t lblk)
+{
+	struct loader *ld = priv;
+	struct nx_snapstore *store = ld->store;
+	ext2_filsys fs = store->vol->fs;
+	blk64_t dup;
+
+	if (!ext2fs_test_block_bitmap_range2(store->exclude, pblk, count)) {
+		if (ext2fs_find_first_set_block_bitmap2(store->exclude, pblk,
+							pblk + count - 1, &dup))
+			dup = pblk;
+		snprintf(ld->problem, sizeof(ld->problem), "its block %llu "
+			 "belongs to another snapshot file too",
+			 (unsigned long long)dup);
+		return EXT2_ET_FILESYSTEM_CORRUPTED;
+	}
+	ext2fs_mark_block_bitmap_range2(store->exclude, pblk, count);
+	if (lblk == NX_MAP_META)
+		return 0;
+	if (lblk < fs->super->s_first_data_block ||
+	    lblk >= ext2fs_blocks_count(fs->super) ||
+	    count > ext2fs_blocks_count(fs->super) - lblk) {
+		snprintf(ld->problem, sizeof(ld->problem), "it maps logical "
+			 "block %llu, outside the volume's %llu blocks",
+			 (unsigned long long)lblk,
+			 (unsigned long long)ext2fs_blocks_count(fs->super));
+		return EXT2_ET_FILESYSTEM_CORRUPTED;
+	}
+	ext2fs_mark_block_bitmap_range2(ld->snap->mapped, lblk, count);
 	return 0;
 }
 
-static errcode_t scan_snapshot_blocks(struct nx_snapstore *store,
-				      struct nx_snap *s)
+static errcode_t scan_snapshot_blocks(struct loader *ld, struct nx_snap *s)
 {
-	struct scan_blocks sb = { store, s, 0 };
+	struct ext2_inode_large inode;
+	errcode_t err;
 
-	return ext2fs_block_iterate3(store->vol->fs, s->ino,
-				     BLOCK_FLAG_READ_ONLY, NULL, scan_block,
-				     &sb);
+	err = nx_inode_read(ld->store->vol, s->ino, &inode);
+	if (err)
+		return views_damage(ld, "cannot read snapshot inode %u: %s",
+				    s->ino, error_message(err));
+	ld->snap = s;
+	ld->problem[0] = 0;
+	err = nx_sanity_walk_map(ld->store->vol->fs, s->ino,
+				 (struct ext2_inode *)&inode, scan_run, ld,
+				 ld->problem, sizeof(ld->problem));
+	if (err == EXT2_ET_FILESYSTEM_CORRUPTED)
+		return views_damage(ld, "snapshot inode %u (id %u) has a "
+				    "corrupt block map: %s", s->ino, s->id,
+				    ld->problem);
+	return err;
 }
-
-struct name_scan {
-	struct nx_snapstore *store;
-};
 
 static int name_of_entry(struct ext2_dir_entry *dirent, int offset,
 			 int blocksize, char *buf, void *priv)
 {
-	struct name_scan *ns = priv;
+	struct nx_snapstore *store = priv;
 	int len = ext2fs_dirent_name_len(dirent);
-	int i = nx_snap_index(ns->store, dirent->inode);
+	int i = nx_snap_index(store, dirent->inode);
 
-	if (i >= 0 && !ns->store->snaps[i]->name[0]) {
-		memcpy(ns->store->snaps[i]->name, dirent->name, len);
-		ns->store->snaps[i]->name[len] = 0;
+	if (i >= 0 && !store->snaps[i]->name[0]) {
+		memcpy(store->snaps[i]->name, dirent->name, len);
+		store->snaps[i]->name[len] = 0;
 	}
 	return 0;
 }
 
-static errcode_t load_names(struct nx_snapstore *store)
+static errcode_t load_names(struct loader *ld)
 {
-	struct name_scan ns = { store };
+	struct nx_snapstore *store = ld->store;
 	int i;
 
 	if (store->dir) {
-		errcode_t err = ext2fs_dir_iterate(store->vol->fs, store->dir, 0,
-						   NULL, name_of_entry, &ns);
+		errcode_t err = ext2fs_dir_iterate(store->vol->fs, store->dir,
+						   0, NULL, name_of_entry,
+						   store);
 		if (err)
-			return err;
+			return views_damage(ld, "cannot read the /%s directory: "
+					    "%s", NX_SNAPDIR_NAME,
+					    error_message(err));
 	}
 	/* An unnamed snapshot still gets a usable name. */
 	for (i = 0; i < store->nsnaps; i++)
@@ -140,9 +206,64 @@ static errcode_t load_names(struct nx_snapstore *store)
 	return 0;
 }
 
-/* Follow s_snapshot_list -> i_next_snapshot, validating each inode. */
-static errcode_t load_list(struct nx_snapstore *store, char *msg, size_t msglen)
+/*
+ * The list entry INO, after the N entries in CHAIN (newest first): in
+ * the inode table, not seen before, a linked regular file with the
+ * snapshot flag and an id below the newer one's.  Views are found by id,
+ * and listed in id order: a zero, repeated or out of order id is damage
+ * to them (and the checker relinks a broken list by ids).
+ */
+static errcode_t check_list_entry(struct loader *ld, struct nx_snap **chain,
+				  int n, ext2_ino_t ino,
+				  struct ext2_inode_large *inode)
 {
+	ext2_filsys fs = ld->store->vol->fs;
+	errcode_t err;
+	int i;
+
+	if (n == MAX_SNAPSHOTS)
+		return views_damage(ld, "the snapshot list holds more than %d "
+				    "snapshots", MAX_SNAPSHOTS);
+	if (ino < EXT2_FIRST_INO(fs->super) || ino > fs->super->s_inodes_count)
+		return views_damage(ld, "the snapshot list points at inode %u, "
+				    "outside the inode table (%u-%u)", ino,
+				    EXT2_FIRST_INO(fs->super),
+				    fs->super->s_inodes_count);
+	for (i = 0; i < n; i++)
+		if (chain[i]->ino == ino)
+			return views_damage(ld, "the snapshot list loops "
+					    "(inode %u comes back)", ino);
+	err = nx_inode_read(ld->store->vol, ino, inode);
+	if (err)
+		return views_damage(ld, "cannot read snapshot inode %u: %s",
+				    ino, error_message(err));
+	if (!(inode->i_flags & EXT4_SNAPFILE_FL) ||
+	    !LINUX_S_ISREG(inode->i_mode) || !inode->i_links_count)
+		return views_damage(ld, "the snapshot list points at inode %u, "
+				    "which is not a snapshot file (mode %#o, "
+				    "%u links, %s snapshot flag)", ino,
+				    inode->i_mode, inode->i_links_count,
+				    inode->i_flags & EXT4_SNAPFILE_FL ?
+				    "with the" : "without the");
+	if (!inode->i_generation)
+		return views_damage(ld, "snapshot inode %u has id 0", ino);
+	for (i = 0; i < n; i++)
+		if (chain[i]->id == inode->i_generation)
+			return views_damage(ld, "snapshot inodes %u and %u "
+					    "share id %u", chain[i]->ino, ino,
+					    chain[i]->id);
+	if (n && inode->i_generation > chain[n - 1]->id)
+		return views_damage(ld, "the snapshot list is out of id order: "
+				    "inode %u (id %u) is listed as older than "
+				    "inode %u (id %u)", ino, inode->i_generation,
+				    chain[n - 1]->ino, chain[n - 1]->id);
+	return 0;
+}
+
+/* Follow s_snapshot_list -> i_next_snapshot, checking each inode. */
+static errcode_t load_list(struct loader *ld)
+{
+	struct nx_snapstore *store = ld->store;
 	ext2_filsys fs = store->vol->fs;
 	struct nx_snap *chain[MAX_SNAPSHOTS];
 	ext2_ino_t ino = fs->super->s_snapshot_list;
@@ -153,24 +274,9 @@ static errcode_t load_list(struct nx_snapstore *store, char *msg, size_t msglen)
 	while (ino) {
 		struct nx_snap *s;
 
-		if (n == MAX_SNAPSHOTS || ino < EXT2_FIRST_INO(fs->super) ||
-		    ino > fs->super->s_inodes_count) {
-			nx_set_msg(msg, msglen, "%s", "snapshot list is corrupt (bad "
-				"inode number or loop); run 'nextfs check'");
-			err = EXT2_ET_FILESYSTEM_CORRUPTED;
-			goto fail;
-		}
-		err = nx_inode_read(store->vol, ino, &inode);
-		if (err)
-			goto fail;
-		if (!(inode.i_flags & EXT4_SNAPFILE_FL) ||
-		    !LINUX_S_ISREG(inode.i_mode) || !inode.i_links_count) {
-			nx_set_msg(msg, msglen, "%s", "snapshot list points at an inode "
-				"that is not a snapshot; run 'nextfs check'");
-			err = EXT2_ET_FILESYSTEM_CORRUPTED;
-			goto fail;
-		}
-		err = new_snap(fs, &s);
+		err = check_list_entry(ld, chain, n, ino, &inode);
+		if (!err)
+			err = new_snap(fs, &s);
 		if (err)
 			goto fail;
 		chain[n++] = s;
@@ -179,9 +285,6 @@ static errcode_t load_list(struct nx_snapstore *store, char *msg, size_t msglen)
 		s->next = snap_next(&inode);
 		nx_inode_get_time(&inode, NX_MTIME, &s->taken);
 		ino = s->next;
-		for (i = 0; i < n - 1; i++)
-			if (chain[i]->ino == ino)
-				ino = (ext2_ino_t)-1;	/* loop: caught above */
 	}
 	store->snaps = calloc(n ? n : 1, sizeof(*store->snaps));
 	if (!store->snaps) {
@@ -195,18 +298,60 @@ static errcode_t load_list(struct nx_snapstore *store, char *msg, size_t msglen)
 		if (store->snaps[i]->id <= store->snaps[i - 1]->id)
 			store->ids_sorted = 0;
 	for (i = 0; i < n; i++) {
-		err = scan_snapshot_blocks(store, store->snaps[i]);
-		if (err) {
-			nx_set_msg(msg, msglen, "%s", "cannot read a snapshot's block "
-				"map; run 'nextfs check'");
+		err = scan_snapshot_blocks(ld, store->snaps[i]);
+		if (err)
 			return err;
-		}
 	}
-	return load_names(store);
+	return load_names(ld);
 fail:
 	for (i = 0; i < n; i++)
 		free_snap(chain[i]);
 	return err;
+}
+
+/*
+ * The superblock's snapshot fields, which writing uses: set only with
+ * HAS_SNAPSHOT (else nothing would copy-on-write for the snapshots they
+ * name), the active snapshot the newest, the last id issued at least the
+ * newest's (take issues the next), the copy-on-write reserve what take
+ * sets (nx_snap_cow_reserve: at most an eighth of the volume).
+ */
+static void check_super_fields(struct loader *ld)
+{
+	struct nx_snapstore *store = ld->store;
+	struct ext2_super_block *sb = store->vol->fs->super;
+	struct nx_snap *newest = store->nsnaps ?
+				 store->snaps[store->nsnaps - 1] : NULL;
+	ext2_ino_t head = newest ? newest->ino : 0;
+
+	if (!ext2fs_has_feature_has_snapshot(sb)) {
+		char fix[256];
+
+		/* (stock e2fsck sees nothing wrong: the advice is ours) */
+		snprintf(fix, sizeof(fix), "repair it with 'nextfs check "
+			 "--repair %s'", store->vol->device);
+		if (sb->s_snapshot_list || sb->s_snapshot_inum)
+			nx_damage_note_fix(ld->dmg, NX_DAMAGE_RW, fix, "the "
+				"superblock names snapshot inode %u but "
+				"has_snapshot is not set", sb->s_snapshot_list ?
+				sb->s_snapshot_list : sb->s_snapshot_inum);
+		return;
+	}
+	if (sb->s_snapshot_inum != head)
+		nx_damage_note(ld->dmg, NX_DAMAGE_RW, "the superblock's active "
+			       "snapshot is inode %u, not the newest snapshot "
+			       "(inode %u)", sb->s_snapshot_inum, head);
+	if (newest && sb->s_snapshot_id < newest->id)
+		nx_damage_note(ld->dmg, NX_DAMAGE_RW, "the last snapshot id "
+			       "issued (%u) is below the newest snapshot's "
+			       "(%u)", sb->s_snapshot_id, newest->id);
+	if (newest && sb->s_snapshot_r_blocks_count >
+	    ext2fs_blocks_count(sb) / 8)
+		nx_damage_note(ld->dmg, NX_DAMAGE_RW, "the copy-on-write "
+			       "reserve (%llu blocks) is more than an eighth of "
+			       "the volume's %llu blocks",
+			       (unsigned long long)sb->s_snapshot_r_blocks_count,
+			       (unsigned long long)ext2fs_blocks_count(sb));
 }
 
 /*
@@ -266,18 +411,46 @@ static errcode_t find_snapdir(struct nx_snapstore *store)
 	return err;
 }
 
-errcode_t nx_snap_attach(struct nx_volume *vol, char *msg, size_t msglen)
+/* Forget the snapshots loaded so far (a read-only open goes on without). */
+static void drop_snapshots(struct nx_snapstore *store)
+{
+	int i;
+
+	for (i = 0; i < store->nsnaps; i++)
+		free_snap(store->snaps[i]);
+	store->nsnaps = 0;
+	ext2fs_clear_block_bitmap(store->exclude);
+}
+
+/* The newest snapshot receives copy-on-write from now on. */
+static errcode_t activate_newest(struct nx_snapstore *store,
+				 struct nx_damage *dmg)
+{
+	struct nx_snap *newest = store->snaps[store->nsnaps - 1];
+	errcode_t err = nx_cow_set_active(store, newest, NULL);
+
+	if (err)
+		nx_damage_note(dmg, NX_DAMAGE_RW, "cannot read the block bitmap "
+			       "that the active snapshot (inode %u) preserves: "
+			       "%s", newest->ino, error_message(err));
+	return err;
+}
+
+errcode_t nx_snap_attach(struct nx_volume *vol, struct nx_damage *dmg,
+			 int *dropped, char *msg, size_t msglen)
 {
 	ext2_filsys fs = vol->fs;
 	struct nx_snapstore *store;
+	struct loader ld = { NULL, dmg, 0, NULL, "" };
 	errcode_t err;
-	int i;
 
+	*dropped = 0;
 	store = calloc(1, sizeof(*store));
 	if (!store)
 		return EXT2_ET_NO_MEMORY;
 	store->vol = vol;
 	store->ids_sorted = 1;
+	ld.store = store;
 	err = ext2fs_allocate_block_bitmap(fs, "snapshot exclude",
 					   &store->exclude);
 	if (!err)
@@ -288,38 +461,46 @@ errcode_t nx_snap_attach(struct nx_volume *vol, char *msg, size_t msglen)
 	if (err)
 		goto fail;
 	err = find_snapdir(store);
-	if (err)
-		goto fail;
-	if (ext2fs_has_feature_has_snapshot(fs->super)) {
-		err = load_list(store, msg, msglen);
-		if (err)
+	if (err && err != EXT2_ET_NO_MEMORY)
+		err = views_damage(&ld, "cannot look up /%s: %s",
+				   NX_SNAPDIR_NAME, error_message(err));
+	if (!err && ext2fs_has_feature_has_snapshot(fs->super))
+		err = load_list(&ld);
+	if (!err || ld.views)
+		check_super_fields(&ld);
+	if (err && !ld.views)
+		goto fail;		/* not damage: out of memory, ... */
+	if (nx_volume_lenient(vol)) {
+		/* Reading needs sound views, nothing else. */
+		if (ld.views && !(vol->flags & NX_VOL_SALVAGE)) {
+			err = EXT2_ET_FILESYSTEM_CORRUPTED;	/* refused */
 			goto fail;
+		}
+		if (ld.views) {
+			drop_snapshots(store);
+			*dropped = 1;
+		}
+	} else if (dmg->level) {
+		err = EXT2_ET_FILESYSTEM_CORRUPTED;	/* refused */
+		goto fail;
 	}
 	vol->snap = store;
 	nx_cow_install(store);
 	nx_cow_count_draws(store);	/* no active snapshot yet: headroom */
-	if (!nx_volume_rdonly(vol) && store->nsnaps &&
-	    fs->super->s_snapshot_inum) {
-		i = nx_snap_index(store, fs->super->s_snapshot_inum);
-		if (i != store->nsnaps - 1) {
-			nx_set_msg(msg, msglen, "%s", "the active snapshot is not the "
-				"newest one; run 'nextfs check'");
-			err = EXT2_ET_FILESYSTEM_CORRUPTED;
-			nx_snap_detach(vol);
-			return err;
-		}
-		err = nx_cow_set_active(store, store->snaps[i], NULL);
+	if (!nx_volume_rdonly(vol) && store->nsnaps) {
+		err = activate_newest(store, dmg);
 		if (!err)
 			err = nx_cow_count_draws(store);
 		if (err) {
-			nx_set_msg(msg, msglen, "%s", "cannot read the active snapshot's "
-				"block bitmap");
 			nx_snap_detach(vol);
-			return err;
+			return EXT2_ET_FILESYSTEM_CORRUPTED;
 		}
 	}
 	return 0;
 fail:
+	if (err != EXT2_ET_FILESYSTEM_CORRUPTED)
+		nx_set_msg(msg, msglen, "%s: cannot load the snapshots: %s",
+			   vol->device, error_message(err));
 	free_store(store);
 	return err;
 }
@@ -518,7 +699,7 @@ errcode_t nx_snap_list(struct nx_volume *vol, struct nx_snapinfo **list,
  * 1/8 of the volume; the copies of fixed metadata are not: without room
  * for them a write could only fail half done (P9, docs/design.md P16).
  */
-static blk64_t cow_reserve(ext2_filsys fs)
+blk64_t nx_snap_cow_reserve(ext2_filsys fs)
 {
 	blk64_t total = ext2fs_blocks_count(fs->super);
 	blk64_t used = total - ext2fs_free_blocks_count(fs->super);
@@ -808,7 +989,7 @@ errcode_t nx_snap_take(struct nx_volume *vol, const char *name,
 	fs->super->s_snapshot_inum = s->ino;
 	fs->super->s_snapshot_id = id;
 	ext2fs_set_feature_has_snapshot(fs->super);
-	fs->super->s_snapshot_r_blocks_count = cow_reserve(fs);
+	fs->super->s_snapshot_r_blocks_count = nx_snap_cow_reserve(fs);
 	ext2fs_mark_super_dirty(fs);
 	if (store->nsnaps && store->snaps[store->nsnaps - 1]->id >= id)
 		store->ids_sorted = 0;
@@ -840,6 +1021,7 @@ struct handover {
 	blk64_t *n, *b;
 	size_t count, cap;
 	ext2fs_block_bitmap need;	/* N the older snapshot needs */
+	int nomem;			/* the list is incomplete */
 };
 
 static int collect_handover(ext2_filsys fs, blk64_t *blocknr,
@@ -859,8 +1041,10 @@ static int collect_handover(ext2_filsys fs, blk64_t *blocknr,
 
 		if (n)
 			h->n = n;
-		if (!n || !b)
+		if (!n || !b) {
+			h->nomem = 1;
 			return BLOCK_ABORT;
+		}
 		h->b = b;
 		h->cap = cap;
 	}
@@ -926,6 +1110,9 @@ static errcode_t collect_need(struct nx_snapstore *store, int idx,
 	err = ext2fs_block_iterate3(store->vol->fs, s->ino,
 				    BLOCK_FLAG_READ_ONLY, NULL,
 				    collect_handover, h);
+	/* A partial hand-over would lose what the older one shows. */
+	if (!err && h->nomem)
+		err = EXT2_ET_NO_MEMORY;
 	ext2fs_free_block_bitmap(h->need);
 	h->need = NULL;
 	return err;

@@ -43,6 +43,7 @@ struct stream_ranges {
 struct nx_blkio {
 	int fd;
 	int rdonly;
+	int sealed;			/* nx_blkio_seal(): no write allowed yet */
 	nx_blkio_write_hook hook;
 	void *hook_priv;
 	int in_hook;			/* hook is running: its writes are raw */
@@ -70,6 +71,19 @@ struct nx_blkio {
 	int dfd_refused;		/* it refused a read: use fd only */
 	uint64_t wgen;			/* bumped by every write (see blkio.h) */
 };
+
+/* Refused writes: a read-only channel, or one still sealed. */
+static errcode_t cannot_write(const struct nx_blkio *io)
+{
+	if (io->rdonly)
+		return EROFS;
+	return io->sealed ? EXT2_ET_RO_FILSYS : 0;
+}
+
+void nx_blkio_seal(struct nx_blkio *io, int sealed)
+{
+	io->sealed = sealed;
+}
 
 /* Statistics are also counted by shared readers, outside the lock. */
 #define STAT_ADD(io, field, n) \
@@ -565,8 +579,10 @@ static errcode_t pwrite_all(struct nx_blkio *io, const char *p, uint64_t len,
 static errcode_t write_device(struct nx_blkio *io, const void *buf,
 			      uint64_t len, uint64_t offset)
 {
-	errcode_t err;
+	errcode_t err = cannot_write(io);
 
+	if (err)
+		return err;
 	bump_wgen(io);
 	STAT_ADD(io, write_calls, 1);
 	if (io->faults) {
@@ -591,10 +607,10 @@ static errcode_t write_device(struct nx_blkio *io, const void *buf,
 errcode_t nx_blkio_pwrite_raw(struct nx_blkio *io, const void *buf,
 			      uint64_t len, uint64_t offset)
 {
-	errcode_t err;
+	errcode_t err = cannot_write(io);
 
-	if (io->rdonly)
-		return EROFS;
+	if (err)
+		return err;
 	if (io->in_hook)
 		io->hook_copies++;
 	err = settle_overlaps(io, buf, len, offset);
@@ -784,10 +800,10 @@ static errcode_t write_txn_data(struct nx_blkio *io, const void *buf,
 errcode_t nx_blkio_pwrite_data(struct nx_blkio *io, const void *buf,
 			       uint64_t len, uint64_t offset)
 {
-	errcode_t err;
+	errcode_t err = cannot_write(io);
 
-	if (io->rdonly)
-		return EROFS;
+	if (err)
+		return err;
 	if (io->txn && !io->in_hook)
 		return write_txn_data(io, buf, len, offset);
 	err = nx_blkio_pwrite(io, buf, len, offset);
@@ -799,10 +815,10 @@ errcode_t nx_blkio_pwrite_data(struct nx_blkio *io, const void *buf,
 errcode_t nx_blkio_pwrite(struct nx_blkio *io, const void *buf, uint64_t len,
 			  uint64_t offset)
 {
-	errcode_t err;
+	errcode_t err = cannot_write(io);
 
-	if (io->rdonly)
-		return EROFS;
+	if (err)
+		return err;
 	if (io->txn && io->unit)
 		return hold_txn_range(io, buf, len, offset, 0);
 	if (io->batch_depth && !io->in_hook && io->unit && len == io->unit &&

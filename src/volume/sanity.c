@@ -372,6 +372,318 @@ enum nx_damage_level nx_sanity_check_root(ext2_filsys fs, struct nx_damage *d)
 }
 
 /*
+ * Block maps (ext4_ext_check, ext4_valid_extent_entries; for indirect
+ * maps the kernel's check that every pointer lies inside the volume).
+ *
+ * libext2fs's iterators trust what they read: a depth that does not
+ * match the nodes below it turns a leaf's extents into "index entries"
+ * pointing anywhere, and a callback that stops at a bad block ends the
+ * walk without an error.  Whatever is about to be changed - a snapshot's
+ * map, an orphan's blocks - is walked here first, and the walk says
+ * exactly what is wrong.
+ */
+
+/* The kernel's limit (fs/ext4/ext4_extents.h); libext2fs has none. */
+#define NX_MAX_EXTENT_DEPTH	5
+
+struct map_walk {
+	ext2_filsys fs;
+	ext2_ino_t ino;
+	nx_map_fn fn;
+	void *priv;
+	char *problem;
+	size_t len;
+	ext2fs_block_bitmap seen;	/* map blocks read: each only once */
+	char *buf[NX_MAX_EXTENT_DEPTH + 1];	/* one per level below i_block */
+	blk64_t run_pblk, run_lblk, run_count;	/* data not yet given to fn */
+};
+
+#define MAP_DAMAGE(w, ...) do {						\
+		snprintf((w)->problem, (w)->len, __VA_ARGS__);		\
+		return EXT2_ET_FILESYSTEM_CORRUPTED;			\
+	} while (0)
+
+static int outside(ext2_filsys fs, blk64_t blk, blk64_t count)
+{
+	blk64_t end = ext2fs_blocks_count(fs->super);
+
+	return blk < fs->super->s_first_data_block || blk >= end ||
+	       count > end - blk;
+}
+
+static errcode_t flush_run(struct map_walk *w)
+{
+	errcode_t err = 0;
+
+	if (w->run_count && w->fn)
+		err = w->fn(w->priv, w->run_pblk, w->run_count, w->run_lblk);
+	w->run_count = 0;
+	return err;
+}
+
+/* COUNT data blocks from PBLK at logical LBLK. */
+static errcode_t map_data(struct map_walk *w, blk64_t pblk, blk64_t count,
+			  blk64_t lblk)
+{
+	errcode_t err;
+
+	if (outside(w->fs, pblk, count))
+		MAP_DAMAGE(w, "it maps logical block %llu to block %llu, "
+			   "outside the volume", (unsigned long long)lblk,
+			   (unsigned long long)pblk);
+	if (w->run_count && w->run_pblk + w->run_count == pblk &&
+	    w->run_lblk + w->run_count == lblk) {
+		w->run_count += count;
+		return 0;
+	}
+	err = flush_run(w);
+	w->run_pblk = pblk;
+	w->run_lblk = lblk;
+	w->run_count = count;
+	return err;
+}
+
+/* Map block BLK, which WHAT points at: in the volume, new, read into BUF. */
+static errcode_t map_block(struct map_walk *w, blk64_t blk, const char *what,
+			   char *buf)
+{
+	errcode_t err;
+
+	if (outside(w->fs, blk, 1))
+		MAP_DAMAGE(w, "%s points at block %llu, outside the volume",
+			   what, (unsigned long long)blk);
+	if (ext2fs_test_block_bitmap2(w->seen, blk))
+		MAP_DAMAGE(w, "map block %llu is used twice",
+			   (unsigned long long)blk);
+	ext2fs_mark_block_bitmap2(w->seen, blk);
+	if (w->fn) {
+		err = w->fn(w->priv, blk, 1, NX_MAP_META);
+		if (err)
+			return err;
+	}
+	err = io_channel_read_blk64(w->fs->io, blk, 1, buf);
+	if (err)
+		MAP_DAMAGE(w, "cannot read its map block %llu: %s",
+			   (unsigned long long)blk, error_message(err));
+	return 0;
+}
+
+/* The header of an extent node: the root (BLK 0) or block BLK. */
+static errcode_t check_extent_header(struct map_walk *w,
+				     const struct ext3_extent_header *eh,
+				     unsigned size, int depth, blk64_t blk)
+{
+	unsigned room = (size - sizeof(*eh)) / sizeof(struct ext3_extent);
+	unsigned magic = ext2fs_le16_to_cpu(eh->eh_magic);
+	unsigned max = ext2fs_le16_to_cpu(eh->eh_max);
+	unsigned entries = ext2fs_le16_to_cpu(eh->eh_entries);
+	unsigned have = ext2fs_le16_to_cpu(eh->eh_depth);
+	char where[64];
+
+	if (blk)
+		snprintf(where, sizeof(where), "extent block %llu",
+			 (unsigned long long)blk);
+	else
+		snprintf(where, sizeof(where), "extent tree's root");
+	if (magic != EXT3_EXT_MAGIC)
+		MAP_DAMAGE(w, "its %s has a bad magic number (0x%04x)", where,
+			   magic);
+	if (blk && have != (unsigned)depth)
+		MAP_DAMAGE(w, "its %s has depth %u where the tree above it "
+			   "needs %d", where, have, depth);
+	if (!blk && have > NX_MAX_EXTENT_DEPTH)
+		MAP_DAMAGE(w, "its %s has depth %u (at most %d)", where, have,
+			   NX_MAX_EXTENT_DEPTH);
+	if (!max || max > room)
+		MAP_DAMAGE(w, "its %s has room for %u entries (1 to %u)",
+			   where, max, room);
+	if (entries > max)
+		MAP_DAMAGE(w, "its %s has %u entries but room for %u", where,
+			   entries, max);
+	if (blk && ext2fs_has_feature_metadata_csum(w->fs->super) &&
+	    !ext2fs_extent_block_csum_verify(w->fs, w->ino,
+				(struct ext3_extent_header *)eh))
+		MAP_DAMAGE(w, "its %s has a wrong checksum", where);
+	return 0;
+}
+
+/*
+ * The node EH (BLK 0: the root in i_block, SIZE bytes) at DEPTH, which
+ * maps logical blocks LO to HI - 1 of the file (as its parent says).
+ */
+static errcode_t walk_extent_node(struct map_walk *w,
+				  const struct ext3_extent_header *eh,
+				  unsigned size, int depth, blk64_t blk,
+				  blk64_t lo, blk64_t hi)
+{
+	unsigned entries = ext2fs_le16_to_cpu(eh->eh_entries), i;
+	blk64_t next = lo;
+	errcode_t err;
+
+	err = check_extent_header(w, eh, size, depth, blk);
+	if (err)
+		return err;
+	for (i = 0; i < entries; i++) {
+		if (depth) {
+			const struct ext3_extent_idx *ix =
+				EXT_FIRST_INDEX(eh) + i;
+			blk64_t first = ext2fs_le32_to_cpu(ix->ei_block);
+			blk64_t end = i + 1 < entries ?
+				ext2fs_le32_to_cpu(ix[1].ei_block) : hi;
+			blk64_t child = ext2fs_le32_to_cpu(ix->ei_leaf) |
+				(blk64_t)ext2fs_le16_to_cpu(ix->ei_leaf_hi) << 32;
+			char *buf = w->buf[depth - 1];
+
+			if (first < next || first >= hi || end <= first)
+				MAP_DAMAGE(w, "its index entries are out of order "
+					   "(logical block %llu)",
+					   (unsigned long long)first);
+			next = end;
+			err = map_block(w, child, "an index entry", buf);
+			if (!err)
+				err = walk_extent_node(w, (const void *)buf,
+						       w->fs->blocksize,
+						       depth - 1, child, first,
+						       end);
+		} else {
+			const struct ext3_extent *ex = EXT_FIRST_EXTENT(eh) + i;
+			blk64_t first = ext2fs_le32_to_cpu(ex->ee_block);
+			blk64_t len = ext2fs_le16_to_cpu(ex->ee_len);
+			blk64_t start = ext2fs_le32_to_cpu(ex->ee_start) |
+				(blk64_t)ext2fs_le16_to_cpu(ex->ee_start_hi) << 32;
+
+			if (len > EXT_INIT_MAX_LEN)
+				len -= EXT_INIT_MAX_LEN;	/* unwritten */
+			if (!len || first < next || first + len > hi)
+				MAP_DAMAGE(w, "its extents are out of order or "
+					   "empty (logical block %llu, %llu "
+					   "blocks)", (unsigned long long)first,
+					   (unsigned long long)len);
+			next = first + len;
+			err = map_data(w, start, len, first);
+		}
+		if (err)
+			return err;
+	}
+	return 0;
+}
+
+/* The indirect block BLK of LEVEL (1: it holds data block numbers). */
+static errcode_t walk_indirect(struct map_walk *w, blk64_t blk, int level,
+			       blk64_t lblk)
+{
+	blk64_t per = w->fs->blocksize / 4, span = 1, i;
+	const uint32_t *ptr = (const uint32_t *)w->buf[level - 1];
+	errcode_t err;
+	int l;
+
+	err = map_block(w, blk, "an indirect block pointer",
+			w->buf[level - 1]);
+	for (l = 1; l < level; l++)
+		span *= per;
+	for (i = 0; !err && i < per; i++) {
+		blk64_t p = ext2fs_le32_to_cpu(ptr[i]);
+
+		if (!p)
+			continue;
+		if (level == 1)
+			err = map_data(w, p, 1, lblk + i);
+		else
+			err = walk_indirect(w, p, level - 1, lblk + i * span);
+	}
+	return err;
+}
+
+static errcode_t walk_map(struct map_walk *w, struct ext2_inode *inode)
+{
+	blk64_t per = w->fs->blocksize / 4, lblk = EXT2_NDIR_BLOCKS;
+	errcode_t err = 0;
+	int i;
+
+	if (inode->i_flags & EXT4_EXTENTS_FL) {
+		const struct ext3_extent_header *eh = (const void *)inode->i_block;
+
+		return walk_extent_node(w, eh, sizeof(inode->i_block),
+					ext2fs_le16_to_cpu(eh->eh_depth), 0, 0,
+					EXT_MAX_EXTENT_LBLK + 1);
+	}
+	for (i = 0; !err && i < EXT2_NDIR_BLOCKS; i++)
+		if (inode->i_block[i])
+			err = map_data(w, inode->i_block[i], 1, i);
+	for (i = 1; !err && i <= 3; i++) {
+		blk64_t p = inode->i_block[EXT2_NDIR_BLOCKS + i - 1];
+
+		if (p)
+			err = walk_indirect(w, p, i, lblk);
+		lblk += i == 1 ? per : i == 2 ? per * per : 0;
+	}
+	return err;
+}
+
+errcode_t nx_sanity_walk_map(ext2_filsys fs, ext2_ino_t ino,
+			     struct ext2_inode *inode, nx_map_fn fn,
+			     void *priv, char *problem, size_t len)
+{
+	struct map_walk w = { fs, ino, fn, priv, problem, len, NULL, { 0 },
+			      0, 0, 0 };
+	int saved = fs->default_bitmap_type;
+	errcode_t err;
+	int i;
+
+	if (len)
+		problem[0] = 0;
+	/* What has no block map: inline data, fast symlinks, devices. */
+	if ((inode->i_flags & EXT4_INLINE_DATA_FL) ||
+	    !(LINUX_S_ISREG(inode->i_mode) || LINUX_S_ISDIR(inode->i_mode) ||
+	      LINUX_S_ISLNK(inode->i_mode)) ||
+	    (LINUX_S_ISLNK(inode->i_mode) && ext2fs_is_fast_symlink(inode)))
+		return 0;
+	fs->default_bitmap_type = EXT2FS_BMAP64_RBTREE;	/* see volume.c */
+	err = ext2fs_allocate_block_bitmap(fs, "map blocks", &w.seen);
+	fs->default_bitmap_type = saved;
+	for (i = 0; !err && i <= NX_MAX_EXTENT_DEPTH; i++)
+		err = ext2fs_get_mem(fs->blocksize, &w.buf[i]);
+	if (!err)
+		err = walk_map(&w, inode);
+	if (!err)
+		err = flush_run(&w);
+	for (i = 0; i <= NX_MAX_EXTENT_DEPTH; i++)
+		ext2fs_free_mem(&w.buf[i]);
+	if (w.seen)
+		ext2fs_free_block_bitmap(w.seen);
+	return err;
+}
+
+#undef MAP_DAMAGE
+
+/*
+ * An orphan without links is freed at mount (nx_orphans_recover): its
+ * map and its extended attribute block must be sound before that starts
+ * writing, or it would stop half way.
+ */
+static int check_orphan_blocks(ext2_filsys fs, ext2_ino_t ino,
+			       struct ext2_inode *inode, struct nx_damage *d)
+{
+	blk64_t acl = ext2fs_file_acl_block(fs, inode);
+	char problem[200];
+
+	if (inode->i_links_count || !inode->i_mode)
+		return 0;
+	if (acl && outside(fs, acl, 1)) {
+		nx_damage_note(d, NX_DAMAGE_RW, "orphan inode %u's extended "
+			       "attribute block %llu lies outside the volume",
+			       ino, (unsigned long long)acl);
+		return -1;
+	}
+	if (!nx_sanity_walk_map(fs, ino, inode, NULL, NULL, problem,
+				sizeof(problem)))
+		return 0;
+	nx_damage_note(d, NX_DAMAGE_RW, "orphan inode %u's block map is "
+		       "corrupt: %s", ino, problem);
+	return -1;
+}
+
+/*
  * The walk nx_orphans_recover() will make, made first without writing.
  * Like it (and the kernel), the list may end early at an inode that is
  * not in use - what a crash on ext2 can leave; but a list that starts
@@ -409,6 +721,8 @@ static void check_orphans(ext2_filsys fs, struct nx_damage *d)
 				       "inode %u: %s", ino, error_message(err));
 			break;
 		}
+		if (check_orphan_blocks(fs, ino, &inode, d))
+			break;
 		ino = inode.i_dtime;
 	}
 	ext2fs_free_inode_bitmap(seen);

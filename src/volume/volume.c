@@ -178,9 +178,6 @@ static errcode_t mark_in_use(struct nx_volume *vol)
 	struct ext2_super_block *sb = vol->fs->super;
 	errcode_t err;
 
-	vol->was_clean = (sb->s_state & EXT2_VALID_FS) != 0;
-	if (nx_volume_rdonly(vol))
-		return 0;
 	sb->s_state &= ~EXT2_VALID_FS;
 	/* Like the kernel: while mounted, a crash means "replay the log". */
 	if (ext2fs_has_feature_journal(sb))
@@ -226,7 +223,7 @@ static errcode_t open_fs(struct nx_volume *vol, struct nx_probe *probe,
 
 	if (!nx_volume_rdonly(vol))
 		oflags |= EXT2_FLAG_RW;
-	else
+	if (nx_volume_lenient(vol))
 		oflags |= EXT2_FLAG_IGNORE_CSUM_ERRORS;	/* see read_bitmaps */
 	err = nx_txn_replay_device(vol->device, !nx_volume_rdonly(vol), msg,
 				   msglen);
@@ -245,13 +242,16 @@ static errcode_t open_fs(struct nx_volume *vol, struct nx_probe *probe,
 	}
 	sb = vol->fs->super;
 	vol->fs->priv_data = vol;	/* nx_volume_of() */
+	vol->was_clean = (sb->s_state & EXT2_VALID_FS) != 0;
+	/* Nothing is written until start_writing() (see validate()). */
+	nx_blkio_seal(nx_blkio_from_channel(vol->fs->io), 1);
 	/*
 	 * Like the kernel, keep backup superblocks and descriptors as they
 	 * are while mounted; e2fsck and resize2fs refresh them.
 	 */
 	vol->fs->flags |= EXT2_FLAG_MASTER_SB_ONLY;
 	/* Again: the replay may have brought back another superblock. */
-	check_features(sb, nx_volume_rdonly(vol), dmg);
+	check_features(sb, nx_volume_lenient(vol), dmg);
 	if (dmg->level || nx_sanity_check_layout(vol->fs, dmg))
 		return EXT2_ET_FILESYSTEM_CORRUPTED;
 	vol->io = nx_blkio_from_channel(vol->fs->io);
@@ -259,14 +259,14 @@ static errcode_t open_fs(struct nx_volume *vol, struct nx_probe *probe,
 	err = read_bitmaps(vol, dmg);
 	if (err)
 		return err;
-	if (nx_volume_rdonly(vol))
+	if (nx_volume_lenient(vol))
 		return nx_sanity_check_root(vol->fs, dmg) ?
 		       EXT2_ET_FILESYSTEM_CORRUPTED : 0;
-	/* Before anything is written, and before the orphans are freed. */
+	/* Bitmaps, root, the orphans (and their maps) that will be freed. */
 	if (nx_sanity_check_loaded(vol->fs, dmg))
 		return EXT2_ET_FILESYSTEM_CORRUPTED;
 	/* Before nx_snap_attach: cow.c's callbacks chain to ours. */
-	err = nx_meta_attach(vol);
+	err = nx_meta_attach(vol);	/* (writers only) */
 	if (err)
 		nx_set_msg(msg, msglen, "%s: %s", vol->device,
 			   error_message(err));
@@ -282,16 +282,16 @@ static errcode_t open_fs(struct nx_volume *vol, struct nx_probe *probe,
 static errcode_t precheck(struct nx_volume *vol, struct nx_probe *probe,
 			  struct nx_damage *dmg, char *msg, size_t msglen)
 {
-	int rdonly = nx_volume_rdonly(vol);
+	int lenient = nx_volume_lenient(vol);
 	errcode_t err;
 
-	err = nx_probe_device(vol->device, rdonly, probe, msg, msglen);
+	err = nx_probe_device(vol->device, lenient, probe, msg, msglen);
 	if (err)
 		return err;
-	check_features(&probe->sb, rdonly, dmg);
+	check_features(&probe->sb, lenient, dmg);
 	if (dmg->level != NX_DAMAGE_FATAL)
 		nx_sanity_precheck(vol->device, probe, dmg);
-	if (dmg->level == NX_DAMAGE_RW && rdonly) {
+	if (dmg->level == NX_DAMAGE_RW && lenient) {
 		fprintf(stderr, "nextfs: %s: warning: %s; reading it as it "
 			"is\n", vol->device, dmg->problem);
 		memset(dmg, 0, sizeof(*dmg));
@@ -324,9 +324,78 @@ static errcode_t free_orphans(struct nx_volume *vol, char *msg, size_t msglen)
 static errcode_t refuse(struct nx_volume *vol, const struct nx_damage *dmg,
 			struct nx_probe *probe, char *msg, size_t msglen)
 {
-	return nx_sanity_refusal(vol->device, dmg, nx_volume_rdonly(vol),
+	return nx_sanity_refusal(vol->device, dmg, nx_volume_lenient(vol),
 				 ext2fs_has_feature_has_snapshot(&probe->sb),
 				 msg, msglen);
+}
+
+/* A read-only open goes on past the snapshots' damage: say so. */
+static void warn_snapshot_damage(struct nx_volume *vol,
+				 const struct nx_damage *dmg, int dropped)
+{
+	fprintf(stderr, "nextfs: %s: warning: %s; reading it %s (repair it "
+		"with 'nextfs check --repair %s')\n", vol->device,
+		dmg->problem, dropped ? "without its snapshots" : "as it is",
+		vol->device);
+}
+
+/*
+ * Step one of every open: decide, reading only, whether the volume may
+ * be served and written - what is on the device, the superblock and
+ * descriptors (before the journal is replayed), the bitmaps, root and
+ * orphans (after), the snapshots' list, ids, maps and superblock fields.
+ * Every refusal comes from here.  Until start_writing() the device
+ * channel is sealed (nx_blkio_seal): a check that tried to write would
+ * fail, not change a volume it is about to refuse.  The one write that
+ * comes first is the replay of a crash's journal, on a handle of its own
+ * (nx_txn_replay_device): what follows checks the volume as the replay
+ * leaves it, as the kernel does; the replayed state is the last commit,
+ * which any tool would replay first too.
+ */
+static errcode_t validate(struct nx_volume *vol, struct nx_probe *probe,
+			  char *msg, size_t msglen)
+{
+	struct nx_damage dmg = { 0 };
+	int dropped = 0;
+	errcode_t err;
+
+	err = precheck(vol, probe, &dmg, msg, msglen);
+	if (!err)
+		err = open_fs(vol, probe, &dmg, msg, msglen);
+	if (!err)
+		err = nx_snap_attach(vol, &dmg, &dropped, msg, msglen);
+	if (!err && dmg.level)
+		warn_snapshot_damage(vol, &dmg, dropped);	/* read-only */
+	if (err && dmg.level)
+		err = refuse(vol, &dmg, probe, msg, msglen);
+	return err;
+}
+
+/*
+ * Step two, for writers, once every check has passed: enter transaction
+ * mode, mark the volume in use, free the orphans a crash left.  A
+ * failure here is one of writing, not damage.  (The journal was loaded,
+ * and so checked, by the replay in step one; nx_txn_start() loads it
+ * again, and would still refuse before its first write.)
+ */
+static errcode_t start_writing(struct nx_volume *vol, struct nx_probe *probe,
+			       char *msg, size_t msglen)
+{
+	errcode_t err;
+
+	nx_blkio_seal(vol->io, 0);
+	err = nx_txn_start(vol, msg, msglen);
+	if (err)
+		return nx_sanity_journal_refusal(vol->device, err, 0,
+				ext2fs_has_feature_has_snapshot(&probe->sb),
+				msg, msglen);
+	err = mark_in_use(vol);
+	if (err) {
+		nx_set_msg(msg, msglen, "%s: cannot write superblock: %s",
+			vol->device, error_message(err));
+		return err;
+	}
+	return free_orphans(vol, msg, msglen);
 }
 
 /* Let go of the device (the claim, then the lock) and free VOL. */
@@ -345,11 +414,11 @@ static void release(struct nx_volume *vol)
 errcode_t nx_volume_open(const char *device, int flags,
 			 struct nx_volume **ret, char *msg, size_t msglen)
 {
-	struct nx_damage dmg = { 0 };
 	struct nx_probe probe;
 	struct nx_volume *vol;
 	errcode_t err;
 
+	*ret = NULL;		/* whatever happens: callers may close it */
 	nx_set_msg(msg, msglen, "%s", "");
 	initialize_ext2_error_table();
 	nx_crc32c_init();	/* before libext2fs checksums anything */
@@ -376,41 +445,11 @@ errcode_t nx_volume_open(const char *device, int flags,
 		if (err)
 			goto fail;
 	}
-	err = precheck(vol, &probe, &dmg, msg, msglen);
-	if (!err)
-		err = open_fs(vol, &probe, &dmg, msg, msglen);
-	if (err && dmg.level)
-		err = refuse(vol, &dmg, &probe, msg, msglen);
+	err = validate(vol, &probe, msg, msglen);
+	if (!err && !nx_volume_rdonly(vol))
+		err = start_writing(vol, &probe, msg, msglen);
 	if (err)
 		goto fail;
-	err = nx_snap_attach(vol, msg, msglen);
-	if (err) {
-		if (msg && !msg[0])
-			nx_set_msg(msg, msglen, "%s: cannot load snapshots: %s",
-				vol->device, error_message(err));
-		goto fail;
-	}
-	/* Before anything is written: a journal we cannot use refuses. */
-	if (!nx_volume_rdonly(vol)) {
-		err = nx_txn_start(vol, msg, msglen);
-		if (err) {
-			err = nx_sanity_journal_refusal(vol->device, err, 0,
-				ext2fs_has_feature_has_snapshot(&probe.sb),
-				msg, msglen);
-			goto fail;
-		}
-	}
-	err = mark_in_use(vol);
-	if (err) {
-		nx_set_msg(msg, msglen, "%s: cannot write superblock: %s",
-			vol->device, error_message(err));
-		goto fail;
-	}
-	if (!nx_volume_rdonly(vol)) {
-		err = free_orphans(vol, msg, msglen);
-		if (err)
-			goto fail;
-	}
 	*ret = vol;
 	return 0;
 fail:

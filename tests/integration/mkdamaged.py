@@ -18,9 +18,16 @@ it calls): truncation, a wrong superblock or group descriptor checksum,
 superblock fields out of range, a descriptor pointing outside the volume
 or over other metadata, wrong bitmap and inode checksums, a corrupt
 journal superblock, an orphan list that loops or starts outside the inode
-table, unknown features, the error state.  Structured edits go through
-debugfs (which keeps checksums valid), checksum damage is a flipped byte.
-Standard library only; needs debugfs and mkimages.sh (NEXTFS_MKIMAGES).
+table, an orphan whose block map cannot be read, unknown features, the
+error state - and the damage of the snapshot metadata the engine checks
+before it writes (on a base with three snapshots): snapshot maps (extent
+header magic, depth, entries, leaves), the list (a loop, a link to an
+unused inode, out of id order, a member without the snapshot flag), ids
+(zero, shared), the superblock's fields (last id, reserve, active
+snapshot, has_snapshot cleared).  Structured edits go through debugfs
+(which keeps checksums valid), checksum damage is a flipped byte.
+Standard library only; needs debugfs, mkimages.sh (NEXTFS_MKIMAGES) and,
+for the snapshot base, the nextfs tool (NEXTFS).
 """
 
 import json
@@ -39,8 +46,11 @@ SRCROOT = os.path.dirname(os.path.dirname(HERE))
 
 SB_OFF = 1024
 METADATA_CSUM = 0x400       # RO_COMPAT
+RO_COMPAT_HAS_SNAPSHOT = 0x80
+INCOMPAT_EXTENTS = 0x40
 INCOMPAT_64BIT = 0x80
 INCOMPAT_FLEX_BG = 0x200
+INCOMPAT_CSUM_SEED = 0x2000
 COMPAT_HAS_JOURNAL = 0x4
 
 
@@ -150,18 +160,23 @@ def journal_block(path):
 # Each: name, whether it applies to an image, how to make it, and what
 # nextfs must do: 'say' (regexp of the refusal), 'ro' (True: -o ro serves
 # it; False: refused for reading too), 'fix' (what the refusal advises:
-# 'e2fsck', 'truncate', or None where no repair is advised).  same_size:
-# usable as a fuzz seed (the image keeps its size).
+# 'e2fsck', 'nextfs' (check --repair), 'truncate', or None where no repair
+# is advised).  same_size: usable as a fuzz seed (the image keeps its
+# size).
 
 DAMAGES = []
 DAMAGES_BY_NAME = {}
 
 
 def damage(name, say, ro=True, fix='e2fsck', applies=lambda im: True,
-           same_size=True):
+           same_size=True, snaps_ro=None):
+    """SNAPS_RO: for damage of the snapshot metadata (made on the 'snap'
+    base), how many snapshots -o ro still shows (0: it reads the live
+    tree without them)."""
     def reg(fn):
         DAMAGES.append(dict(name=name, say=say, ro=ro, fix=fix,
-                            applies=applies, make=fn, same_size=same_size))
+                            applies=applies, make=fn, same_size=same_size,
+                            snaps_ro=snaps_ro))
         DAMAGES_BY_NAME[name] = fn
         return fn
     return reg
@@ -292,6 +307,203 @@ def _error_state(im):
     im.set_super(58, '<H', 0x0003)      # valid | error
 
 
+@damage('orphan-map', r"orphan inode \d+'s block map is corrupt: its "
+        r'extent tree\'s root has a bad magic number',
+        applies=lambda im: im.incompat & INCOMPAT_EXTENTS)
+def _orphan_map(im):
+    # An orphan the mount would free, whose extent tree cannot be read:
+    # found before the first write, not half way through freeing it.
+    a, _ = two_files(im.path)
+    root = struct.unpack_from('<I', im.read(im.inode_offset(a) + 0x28, 4))[0]
+    debugfs(im.path, 'sif <%d> links_count 0' % a,
+            'sif <%d> block[0] 0x%x' % (a, root ^ 0x1),
+            'ssv last_orphan %d' % a)
+
+
+# ---------------------------------------------- snapshot metadata damage
+#
+# Made on the 'snap' base: three snapshots taken offline (s1, s2, s3: s3
+# is active, each map has an extent block below its root) and a fourth
+# taken and deleted (the last id issued, 4, is above s3's).  The engine
+# checks all of it before it writes (docs/lifecycle.md): each is refused
+# for writing with the advice 'nextfs check --repair', which repairs it.
+
+S_INUM, S_ID, S_RBLOCKS, S_LIST = 0x180, 0x184, 0x188, 0x190
+
+
+def has_snapshots(im):
+    return bool(im.ro_compat & RO_COMPAT_HAS_SNAPSHOT) and \
+        len(snapshots(im)) >= 3
+
+
+def snapshots(im):
+    """Snapshot inodes on the list, newest first (stops at a bad link)."""
+    ino, out = struct.unpack_from('<I', im.read(SB_OFF + S_LIST, 4))[0], []
+    while 0 < ino <= im.inodes_count and ino not in out and len(out) < 16:
+        out.append(ino)
+        ino = struct.unpack_from('<I', im.read(im.inode_offset(ino) +
+                                               0x24, 4))[0]
+    return out
+
+
+def i_block(im, ino, i):
+    return struct.unpack_from('<I', im.read(im.inode_offset(ino) + 0x28 +
+                                            4 * i, 4))[0]
+
+
+def snap_debugfs(im, *requests):
+    """debugfs -w on a volume with snapshots (it refuses HAS_SNAPSHOT:
+    masked while it runs)."""
+    im.set_super(100, '<I', im.ro_compat & ~RO_COMPAT_HAS_SNAPSHOT)
+    try:
+        debugfs(im.path, *requests)
+    finally:
+        im.set_super(100, '<I', im.ro_compat)
+
+
+def leaf_block(im, ino):
+    """The extent block below a depth-1 root (its first index entry)."""
+    return i_block(im, ino, 4) | (i_block(im, ino, 5) & 0xffff) << 32
+
+
+def rewrite_leaf(im, ino, fn):
+    """Change the extent block of INO with FN(bytearray), checksum kept."""
+    blk = leaf_block(im, ino)
+    data = bytearray(im.read(blk * im.bs, im.bs))
+    fn(data)
+    if im.csum:
+        sb = im.read(SB_OFF, 1024)
+        seed = struct.unpack_from('<I', sb, 0x270)[0] \
+            if im.incompat & INCOMPAT_CSUM_SEED else \
+            nxsnap.crc32c_raw(sb[0x68:0x78])
+        gen = im.read(im.inode_offset(ino) + 0x64, 4)
+        crc = nxsnap.crc32c_raw(struct.pack('<I', ino), seed)
+        crc = nxsnap.crc32c_raw(gen, crc)
+        tail = 12 + 12 * struct.unpack_from('<H', data, 4)[0]
+        struct.pack_into('<I', data, tail, nxsnap.crc32c_raw(data[:tail],
+                                                              crc))
+    im.write(blk * im.bs, bytes(data))
+
+
+def snap_damage(name, say, views=True):
+    """VIEWS: -o ro serves the live tree without the snapshots (the
+    damage is to what views read, or the superblock says there are none);
+    else with all three."""
+    return damage(name, say, fix='nextfs', applies=has_snapshots,
+                  snaps_ro=0 if views else 3)
+
+
+@snap_damage('map-magic', r'snapshot inode \d+ \(id 3\) has a corrupt '
+             r"block map: its extent tree's root has a bad magic number")
+def _snap_map_magic(im):
+    s3 = snapshots(im)[0]
+    snap_debugfs(im, 'sif <%d> block[0] 0x%x' % (s3, i_block(im, s3, 0) ^ 1))
+
+
+@snap_damage('map-depth', r'snapshot inode \d+ \(id 3\) has a corrupt '
+             r"block map: its extent tree's root has depth 7 \(at most 5\)")
+def _snap_map_depth(im):
+    s3 = snapshots(im)[0]       # the active snapshot, as in the report
+    snap_debugfs(im, 'sif <%d> block[1] 0x00070004' % s3)
+
+
+@snap_damage('map-entries', r'snapshot inode \d+ \(id 3\) has a '
+             r"corrupt block map: its extent tree's root has 5 entries but "
+             r'room for 4')
+def _snap_map_entries(im):
+    s3 = snapshots(im)[0]
+    snap_debugfs(im, 'sif <%d> block[0] 0x%x' %
+                 (s3, (i_block(im, s3, 0) & 0xffff) | 5 << 16))
+
+
+@snap_damage('leaf-outside', r'snapshot inode \d+ \(id 1\) has a '
+             r'corrupt block map: it maps logical block \d+ to block \d+, '
+             r'outside the volume')
+def _snap_leaf_outside(im):
+    def fn(data):   # the first extent's start, far beyond the end
+        struct.pack_into('<I', data, 12 + 8, im.blocks_count + 1000)
+    rewrite_leaf(im, snapshots(im)[2], fn)
+
+
+@snap_damage('leaf-csum', r'snapshot inode \d+ \(id 1\) has a corrupt '
+             r'block map: its extent block \d+ has a wrong checksum')
+def _snap_leaf_csum(im):
+    s1 = snapshots(im)[2]
+    im.flip(leaf_block(im, s1) * im.bs + 12 + 4)     # first ee_len
+
+
+@snap_damage('list-loop', r'the snapshot list loops \(inode \d+ comes '
+             r'back\)')
+def _snap_list_loop(im):
+    s3, _, s1 = snapshots(im)[:3]
+    snap_debugfs(im, 'sif <%d> version %d' % (s1, s3))
+
+
+@snap_damage('list-dangling', r'the snapshot list points at inode \d+, '
+             r'which is not a snapshot file \(mode 0, 0 links')
+def _snap_list_dangling(im):
+    s2 = snapshots(im)[1]
+    snap_debugfs(im, 'sif <%d> version %d' % (s2, im.inodes_count - 1))
+
+
+@snap_damage('list-order', r'the snapshot list is out of id order: '
+             r'inode \d+ \(id 3\) is listed as older than inode \d+ '
+             r'\(id 2\)')
+def _snap_list_order(im):
+    # s2 -> s3 -> s1: every link points at a snapshot, the ids say
+    # otherwise (take and the checker's relinking go by ids)
+    s3, s2, s1 = snapshots(im)[:3]
+    snap_debugfs(im, 'sif <%d> version %d' % (s2, s3),
+                 'sif <%d> version %d' % (s3, s1))
+    im.set_super(S_LIST, '<I', s2)
+    im.set_super(S_INUM, '<I', s2)
+
+
+@snap_damage('id-zero', r'snapshot inode \d+ has id 0')
+def _snap_id_zero(im):
+    snap_debugfs(im, 'sif <%d> generation 0' % snapshots(im)[1])
+
+
+@snap_damage('id-duplicate', r'snapshot inodes \d+ and \d+ share id 1')
+def _snap_id_duplicate(im):
+    snap_debugfs(im, 'sif <%d> generation 1' % snapshots(im)[1])
+
+
+@snap_damage('last-id', r'the last snapshot id issued \(1\) is below '
+             r"the newest snapshot's \(3\)", views=False)
+def _snap_last_id(im):
+    # take would issue id 2 again: a duplicate in the making
+    im.set_super(S_ID, '<I', 1)
+
+
+@snap_damage('reserve', r'the copy-on-write reserve \(\d+ blocks\) is '
+             r'more than an eighth of the volume', views=False)
+def _snap_reserve(im):
+    im.set_super(S_RBLOCKS, '<Q', im.blocks_count * 2)
+
+
+@snap_damage('active-not-newest', r"the superblock's active snapshot "
+             r'is inode \d+, not the newest snapshot', views=False)
+def _snap_active(im):
+    im.set_super(S_INUM, '<I', snapshots(im)[1])
+
+
+@snap_damage('flag', r'the snapshot list points at inode \d+, which '
+             r'is not a snapshot file \(.*without the snapshot flag\)')
+def _snap_flag(im):
+    s2 = snapshots(im)[1]
+    flags = struct.unpack_from('<I', im.read(im.inode_offset(s2) + 0x20,
+                                             4))[0]
+    snap_debugfs(im, 'sif <%d> flags 0x%x' % (s2, flags & ~0x01000000))
+
+
+@snap_damage('feature-cleared', r'the superblock names snapshot inode '
+             r'\d+ but has_snapshot is not set')
+def _snap_feature(im):
+    # (nothing would copy-on-write for the snapshots it still lists)
+    im.set_super(100, '<I', im.ro_compat & ~RO_COMPAT_HAS_SNAPSHOT)
+
+
 # ------------------------------------------------------------ bases
 
 def make_base(path, flavour, size, extra=()):
@@ -315,9 +527,12 @@ def make_base(path, flavour, size, extra=()):
 # groups of the usual size each, so that there is a backup superblock
 # where e2fsck looks for one when the primary is broken (as on any real
 # volume).  Sparse: a few MiB on disk each.
+# The 'snap' base (ext4 with snapshots, see above) carries the damage of
+# the snapshot metadata, and only that.
 BASES = (('ext4', 'ext4', '136M', ()),
          ('ext3', 'ext3', '136M', ()),
-         ('ext2', 'ext2', '12M', ()))
+         ('ext2', 'ext2', '12M', ()),
+         ('snap', 'ext4', '136M', ()))
 
 
 def copy(src, dst):
@@ -327,6 +542,29 @@ ALSO_ON_OLDER = ('truncated', 'desc-outside', 'orphan-loop',
                  'bitmap-frees-metadata', 'journal-super')
 
 
+def nextfs_path():
+    return os.environ.get('NEXTFS') or \
+        os.path.join(SRCROOT, 'build', 'src', 'cli', 'nextfs')
+
+
+def take_snapshots(path):
+    """s1, s2, s3 and one more taken and deleted, offline (see above)."""
+    for args in (('take', 's1'), ('take', 's2'), ('take', 's3'),
+                 ('take', 'gone'), ('delete', 'gone')):
+        subprocess.run([nextfs_path(), 'snapshot', args[0], path, args[1]],
+                       check=True, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL)
+    return path
+
+
+def bases_for(d):
+    if d['snaps_ro'] is not None:
+        return ('snap',)
+    if d['name'] in ALSO_ON_OLDER:
+        return ('ext4', 'ext3', 'ext2')
+    return ('ext4',)
+
+
 def make_corpus(outdir):
     os.makedirs(outdir, exist_ok=True)
     manifest = {}
@@ -334,10 +572,9 @@ def make_corpus(outdir):
     for key, flavour, size, extra in BASES:
         bases[key] = make_base(os.path.join(outdir, '.base-%s' % key),
                                flavour, size, extra)
+    take_snapshots(bases['snap'])
     for d in DAMAGES:
-        for key, _, _, _ in BASES:
-            if key != 'ext4' and d['name'] not in ALSO_ON_OLDER:
-                continue
+        for key in bases_for(d):
             if not d['applies'](Image(bases[key])):
                 continue
             name = '%s-%s' % (key, d['name'])
@@ -345,7 +582,7 @@ def make_corpus(outdir):
             copy(bases[key], path)
             d['make'](Image(path))
             manifest[name] = dict(say=d['say'], ro=d['ro'], fix=d['fix'],
-                                  flavour=key)
+                                  flavour=key, snaps_ro=d['snaps_ro'])
     for path in bases.values():
         os.unlink(path)
     with open(os.path.join(outdir, 'manifest.json'), 'w') as f:

@@ -5,17 +5,23 @@ mkdamaged.py makes a corpus of images with the damage the kernel refuses
 at mount: a file cut short, wrong superblock, descriptor, bitmap and
 inode checksums, superblock fields out of range, descriptors pointing
 outside the volume or over other metadata, a corrupt journal superblock,
-an orphan list that loops or starts outside the inode table, unknown
-features, the error state.  For each image:
+an orphan list that loops or starts outside the inode table, an orphan
+whose map cannot be read, unknown features, the error state; and, on a
+volume with three snapshots, damage of the snapshot metadata the engine
+relies on: maps, the list, ids, the superblock's snapshot fields.  For
+each image:
 
-- nextfs-fuse refuses it for writing with exactly one line naming the
-  damage and the fix, before anything is written: the image stays
-  byte-identical;
+- nextfs-fuse refuses it for writing with exit status 2 and exactly one
+  line naming the damage and the fix, before anything is written: the
+  image stays byte-identical; so does an offline writer (a snapshot
+  take; a restore, where there are snapshots), with status 1;
 - with -o ro it is served (or, where even reading is impossible, refused
-  the same way), and still stays byte-identical;
+  the same way), and still stays byte-identical; with damage of what
+  snapshot views read, without the snapshots;
 - the repair the line advises works: after it e2fsck -fn finds the
   volume clean and nextfs opens it read-write again (a snapshot taken
-  offline).
+  offline); 'nextfs check --repair' does it in one run (a second finds
+  nothing).
 
 Reading and repairing are checked on the ext4 images (each kind of damage
 is there); the ext3 and ext2 ones, with other layouts, are checked for
@@ -36,6 +42,7 @@ import unittest
 
 import mkdamaged
 import nxharness as nx
+import nxsnap
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -121,16 +128,33 @@ class DamagedTest(nx.NxTestCase):
         self.assertEqual('mount it with -o ro' in line, readable, line)
         if exp['fix'] == 'e2fsck':
             self.assertIn("repair it with 'e2fsck -f %s'" % image, line)
+        elif exp['fix'] == 'nextfs':
+            self.assertIn("repair it with 'nextfs check --repair %s'" %
+                          image, line)
         elif exp['fix'] == 'truncate':
             self.assertIn("'truncate -s", line)
         else:
             self.assertNotIn('repair', line)
+
+    def refused_offline(self, image, exp, *args):
+        """An offline writer (nextfs ARGS IMAGE ...) refuses it the same
+        way: one line, status 1."""
+        argv = [nx.tool_path()] + list(args)
+        p = nx.run(argv, check=False)
+        self.assertEqual(p.returncode, 1, p.stdout)
+        lines = p.stdout.splitlines()
+        self.assertEqual(len(lines), 1, p.stdout)
+        self.assertTrue(lines[0].startswith('nextfs: %s' % image), p.stdout)
+        self.assertRegex(lines[0], exp['say'])
 
     def serve_read_only(self, image, exp):
         with self.mounted(image, opts=['ro'], check=False) as m:
             names = os.listdir(m.path)
             if 'dir' in names and 'b' in names:
                 self.assertEqual(os.path.getsize(m.p('b')), 5000)
+            if exp['snaps_ro'] is not None:
+                self.assertEqual(len(os.listdir(m.p('.snapshots'))),
+                                 exp['snaps_ro'])
 
     def repair(self, image, line, exp):
         """Apply the advised fix to a copy; nextfs must then write it."""
@@ -140,9 +164,19 @@ class DamagedTest(nx.NxTestCase):
             if exp['fix'] == 'truncate':
                 size = int(re.search(r"'truncate -s (\d+) ", line).group(1))
                 os.truncate(copy, size)
-            p = nx.run([nx.E2FSCK, '-fy', copy], check=False)
-            self.assertIn(p.returncode, (0, 1), p.stdout)
-            rc, out = nx.fsck(copy)
+            if exp['fix'] == 'nextfs':
+                # all of it in one run: the second finds nothing
+                p = nx.run([nx.tool_path(), 'check', '--repair', copy],
+                           check=False)
+                self.assertEqual(p.returncode, 1, p.stdout)
+                p = nx.run([nx.tool_path(), 'check', '--repair', copy],
+                           check=False)
+                self.assertEqual(p.returncode, 0, p.stdout)
+                rc, out = nxsnap.fsck_masked(copy)
+            else:
+                p = nx.run([nx.E2FSCK, '-fy', copy], check=False)
+                self.assertIn(p.returncode, (0, 1), p.stdout)
+                rc, out = nx.fsck(copy)
             self.assertEqual(rc, 0, out)
             # Accepted for writing again (an offline read-write open).
             nx.run([nx.tool_path(), 'snapshot', 'take', copy, 'repaired'])
@@ -150,7 +184,7 @@ class DamagedTest(nx.NxTestCase):
             os.unlink(copy)
 
     def test_corpus(self):
-        self.assertGreaterEqual(len(self.manifest), 20)
+        self.assertGreaterEqual(len(self.manifest), 40)
         for name, exp in sorted(self.manifest.items()):
             with self.subTest(name):
                 image = os.path.join(self.corpus, name + '.img')
@@ -159,7 +193,14 @@ class DamagedTest(nx.NxTestCase):
                 self.check_refusal(line, image, exp, False)
                 self.assertEqual(sha256(image), before,
                                  'refusing %s changed it' % name)
-                if exp['flavour'] != 'ext4':
+                if exp['ro'] and exp['fix'] != 'truncate':
+                    self.refused_offline(image, exp, 'snapshot', 'take',
+                                         image, 'x')
+                if exp['snaps_ro'] is not None:
+                    self.refused_offline(image, exp, 'restore', image, 's1')
+                self.assertEqual(sha256(image), before,
+                                 'an offline refusal changed %s' % name)
+                if exp['flavour'] not in ('ext4', 'snap'):
                     continue    # the same damage on ext4 covers the rest
                 if exp['ro']:
                     self.serve_read_only(image, exp)
@@ -170,6 +211,31 @@ class DamagedTest(nx.NxTestCase):
                                  'reading %s changed it' % name)
                 if exp['fix']:
                     self.repair(image, line, exp)
+
+    def test_restore_refused_before_it_writes(self):
+        """restore --destroy-newer on a volume it must not write - run by
+        another user on a root-owned 0644 image, or marked as having
+        errors - says so in one line, exits 1 and changes nothing (it
+        once crashed there, closing the volume it had closed already)."""
+        img = os.path.join(self.corpus, 'restore.img')
+        mkdamaged.take_snapshots(mkdamaged.make_base(img, 'ext4', '136M'))
+        os.chmod(img, 0o644)
+        argv = [nx.tool_path(), 'restore', '--destroy-newer', img, 's1']
+        for why, make, prefix in (
+                ('cannot be written', None,
+                 nx.as_user_argv(nx.NOBODY_UID, nx.NOGROUP_GID)),
+                ('marked as having errors',
+                 mkdamaged.DAMAGES_BY_NAME['error-state'], [])):
+            with self.subTest(why):
+                if make:
+                    make(mkdamaged.Image(img))
+                before = sha256(img)
+                p = nx.run(prefix + argv, check=False)
+                self.assertEqual(p.returncode, 1, p.stdout)
+                self.assertEqual(len(p.stdout.splitlines()), 1, p.stdout)
+                self.assertIn(why, p.stdout)
+                self.assertEqual(sha256(img), before)
+        os.unlink(img)
 
     def test_with_snapshots_the_fix_is_nextfs_check(self):
         """Stock e2fsck refuses volumes with snapshots: the refusal

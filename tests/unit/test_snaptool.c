@@ -324,13 +324,28 @@ START_TEST(test_check_repairs_broken_chain)
 		raw_inode(fs, s2, &inode, 1);
 	}
 	raw_close(fs);
+	before = nxt_file_hash(path);
 	if (head) {
-		/* the engine refuses and points at the checker */
+		/*
+		 * The engine refuses (to write, and to read snapshots),
+		 * names the damage, points at the checker and writes
+		 * nothing; a salvaging read goes on without the snapshots.
+		 */
+		ck_assert_int_ne(nx_volume_open(path, 0, &vol, msg,
+						sizeof(msg)), 0);
+		ck_assert_ptr_null(vol);
+		ck_assert_ptr_nonnull(strstr(msg, "nextfs check --repair"));
+		ck_assert_ptr_nonnull(strstr(msg, "inode 5"));
+		ck_assert_uint_eq(nxt_file_hash(path), before);
 		ck_assert_int_ne(nx_volume_open(path, NX_VOL_RDONLY, &vol, msg,
 						sizeof(msg)), 0);
-		ck_assert_ptr_nonnull(strstr(msg, "nextfs check"));
+		ck_assert_ptr_nonnull(strstr(msg, "nextfs check --repair"));
+		ck_assert_int_eq(nx_volume_open(path, NX_VOL_RDONLY |
+						NX_VOL_SALVAGE, &vol, msg,
+						sizeof(msg)), 0);
+		ck_assert_int_eq(nx_snap_count(vol), 0);
+		nx_volume_close(vol);
 	}
-	before = nxt_file_hash(path);
 	res = check(path, 0, &f);
 	ck_assert_msg(res.errors > 0 && !res.fixed, "%s", f.text);
 	ck_assert_ptr_nonnull(strstr(f.text, "snapshot list"));
