@@ -182,8 +182,9 @@ static inline uint64_t nx_fuse_st_ino(const struct nx_fuse *fs,
 /*
  * The generation the kernel keeps with a node id and puts in its file
  * handles.  i_generation tells a reused inode number from the file that
- * had it before (nx_inode_new() never gives an inode number the
- * generation it had); the salt, taken from the volume's UUID at init,
+ * had it before (nx_inode_new() numbers new inodes consecutively from a
+ * random start: a new file gets its number's old generation only by a 1
+ * in 2^32 chance); the salt, taken from the volume's UUID at init,
  * makes a handle of another volume - a copy of this image given a new
  * UUID, say - stale here instead of opening the file that has the same
  * number.  The root always has 0: the kernel insists (and keeps 0 for
