@@ -20,7 +20,7 @@ name_to_handle_at/open_by_handle_at directly (docs/nfs.md):
 - readdir resumes from a cookie (raw getdents64 d_off, lseek on a fresh
   open) after the directory changed and the daemon restarted: no entry
   twice, none missing that existed throughout (linear and htree
-  directories, "/", .snapshots).
+  directories, on ext4 and on ext2, "/", .snapshots).
 
 End to end: nfs-ganesha (Debian's nfs-ganesha, nfs-ganesha-vfs) exports
 a mount with the EXPORT block of docs/nfs.md and a private configuration
@@ -324,9 +324,16 @@ class HandleTest(nx.NxTestCase):
 
     def test_readdir_cookies(self):
         """Resume from a cookie on a fresh open after the directory
-        changed and the daemon restarted: no entry twice, none lost."""
-        img = self.make_image()
-        sizes = {'small': 12, 'big': 400}   # one block (linear), htree
+        changed and the daemon restarted: no entry twice, none lost.
+        ext4: a one-block (linear) and an indexed directory; ext2 (no
+        dir_index): both linear, cookies are byte offsets."""
+        for flavour in ('ext4', 'ext2'):
+            with self.subTest(flavour=flavour):
+                self.check_cookies(flavour)
+
+    def check_cookies(self, flavour):
+        img = self.make_image(name=flavour + '.img', flavour=flavour)
+        sizes = {'small': 12, 'big': 400}
         with self.mounted(img, check=False) as m:
             for d, n in sizes.items():
                 os.mkdir(m.p(d))
