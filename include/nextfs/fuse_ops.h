@@ -2,7 +2,13 @@
  * fuse_ops.h - the FUSE front end of nextfs (libfuse3 low-level API).
  *
  * Contract: FUSE node ids are inode numbers (FUSE_ROOT_ID <-> ext2 inode
- * 2, everything else identity; generation = i_generation), never paths.
+ * 2, everything else identity), never paths; the generation is
+ * i_generation mixed with the volume's UUID (nx_fuse_generation).  A
+ * node id and its generation are all a file handle holds (the kernel's
+ * export support: NFS servers, open_by_handle_at), so any node id ever
+ * handed out is decoded from its bits alone - after the kernel forgot it
+ * and after a restart - by LOOKUP(node id, "."), and its parent by
+ * LOOKUP(node id, ".."); docs/nfs.md.
  * Every operation runs the fs layer under the volume's big lock; only a
  * file read does its device I/O after the lock is dropped (the block
  * map is resolved under it; blkio.h says why that is safe), splicing the
@@ -92,6 +98,7 @@ struct nx_fuse {
 	int dont_mask;			/* POSIX ACLs: the umask is ours */
 	double timeout;			/* NX_FUSE_TIMEOUT unless tuned */
 	struct nx_idmap idmap;		/* -o fakeroot (idmap.h) */
+	uint32_t gen_salt;		/* from the volume UUID: nx_fuse_generation */
 	unsigned max_read;		/* -o max_read, <= NX_MAX_READ */
 	errcode_t close_err;		/* result of closing the volume */
 	/* snapshot views (snap_ops.c) */
@@ -141,7 +148,11 @@ extern const struct fuse_lowlevel_ops nx_fuse_ops;
  * that would change a view fails with EROFS.  "/.snapshots" is hidden
  * from every root directory listing: the live tree shows the virtual
  * directory on lookup only (like ZFS's hidden .zfs), so that find, du or
- * cp -a of the mount do not descend into every snapshot.
+ * cp -a of the mount do not descend into every snapshot.  (One reader
+ * sees it listed in "/": the kernel's own open of "/" - flags exactly
+ * O_RDONLY - with which exportfs looks for the name of a directory it
+ * reconnects to decode a file handle; without it no handle of .snapshots
+ * or of a directory in a snapshot could be decoded: docs/nfs.md.)
  */
 #define NX_NODE_INO_MASK	0xffffffffULL
 #define NX_NODE_SPACE_SHIFT	32
@@ -172,6 +183,23 @@ static inline uint64_t nx_fuse_st_ino(const struct nx_fuse *fs,
 	uint64_t st_ino = fs->ino_base + ino;
 
 	return fs->ino32 ? (uint32_t)st_ino : st_ino;
+}
+
+/*
+ * The generation the kernel keeps with a node id and puts in its file
+ * handles.  i_generation tells a reused inode number from the file that
+ * had it before (nx_inode_new() numbers new inodes consecutively from a
+ * random start: a new file gets its number's old generation only by a 1
+ * in 2^32 chance); the salt, taken from the volume's UUID at init,
+ * makes a handle of another volume - a copy of this image given a new
+ * UUID, say - stale here instead of opening the file that has the same
+ * number.  The root always has 0: the kernel insists (and keeps 0 for
+ * it whatever we say), so a handle of "/" fits every volume.
+ */
+static inline uint32_t nx_fuse_generation(const struct nx_fuse *fs,
+					  uint32_t i_generation)
+{
+	return i_generation ^ fs->gen_salt;
 }
 
 /* Is NAME in directory DIR the hidden snapshot directory? */
