@@ -45,6 +45,8 @@ struct nx_volume {
 	struct nx_txn *txn;		/* transaction state (txn.h), or NULL */
 	struct nx_orphans *orphans;	/* orphan list index (orphan.h) */
 	struct nx_xcache *xcache;	/* extent lookups (file.c), or NULL */
+	blk64_t no_run_len;		/* falloc.c: no free run this long */
+	blk64_t no_run_free;		/* ...seen with this many blocks free */
 };
 
 /*
