@@ -72,16 +72,21 @@ static blk64_t alloc_budget(struct nx_volume *vol, blk64_t want,
 	return avail > keep ? min_u64(want, avail - keep) : 0;
 }
 
+/* A search for a free run (find_free_run). */
+struct run_search {
+	blk64_t minlen, cap;	/* at least MINLEN blocks, cut to CAP */
+	blk64_t start, len;	/* the run found */
+	blk64_t longest;	/* the longest shorter run passed over */
+};
+
 /*
- * The first free run that starts in [FROM, TO] and is at least MINLEN
- * blocks long, cut to CAP blocks (MINLEN <= CAP): *START, *LEN; 0 if there
- * is none.  Every step moves past one free run and the used block after
- * it, so the search takes at most one step per free run in the range: it
- * ends, however the free space is cut up.
+ * The first free run that starts in [FROM, TO] and is at least
+ * rs->minlen blocks long (<= rs->cap).  Every step moves past one free
+ * run and the used block after it, so the search takes at most one step
+ * per free run in the range: it ends, however the free space is cut up.
  */
 static int find_free_run(ext2_filsys fs, blk64_t from, blk64_t to,
-			 blk64_t minlen, blk64_t cap, blk64_t *start,
-			 blk64_t *len)
+			 struct run_search *rs)
 {
 	blk64_t last = ext2fs_blocks_count(fs->super) - 1, s, e, stop;
 
@@ -89,37 +94,39 @@ static int find_free_run(ext2_filsys fs, blk64_t from, blk64_t to,
 		if (ext2fs_find_first_zero_block_bitmap2(fs->block_map, from,
 							 to, &s))
 			return 0;
-		stop = s + min_u64(cap, last - s + 1) - 1;
+		stop = s + min_u64(rs->cap, last - s + 1) - 1;
 		if (ext2fs_find_first_set_block_bitmap2(fs->block_map, s, stop,
 							&e))
 			e = stop + 1;
-		if (e - s >= minlen) {
-			*start = s;
-			*len = e - s;
+		if (e - s >= rs->minlen) {
+			rs->start = s;
+			rs->len = e - s;
 			return 1;
 		}
+		if (e - s > rs->longest)
+			rs->longest = e - s;
 		from = e + 1;	/* e is in use (the run was cut short by it) */
 	}
 	return 0;
 }
 
 /* The same, searching [GOAL, end of volume], then [first block, GOAL). */
-static int find_free_run_from(ext2_filsys fs, blk64_t goal, blk64_t minlen,
-			      blk64_t cap, blk64_t *start, blk64_t *len)
+static int find_free_run_from(ext2_filsys fs, blk64_t goal,
+			      struct run_search *rs)
 {
 	blk64_t first = fs->super->s_first_data_block;
 
 	return find_free_run(fs, goal, ext2fs_blocks_count(fs->super) - 1,
-			     minlen, cap, start, len) ||
-	       (goal > first &&
-		find_free_run(fs, first, goal - 1, minlen, cap, start, len));
+			     rs) ||
+	       (goal > first && find_free_run(fs, first, goal - 1, rs));
 }
 
 /*
  * Is there no free run of MINLEN blocks, as far as the last search that
- * found none knows?  It stays believed while the volume only fills up
- * (nothing freed can have made a longer run) and less than an eighth of
- * the free space it saw has been used since: on an aged volume every
+ * found none knows (it saw every free run, none longer than
+ * vol->no_run_len - 1)?  That stays believed while the volume only fills
+ * up (nothing freed can have made a longer run) and less than an eighth
+ * of the free space it saw has been used since: on an aged volume every
  * allocation would otherwise scan all of the bitmap again for nothing.
  * Wrong only ever costs layout (a long run missed for a while), never
  * an allocation.
@@ -133,12 +140,6 @@ static int no_run_known(struct nx_volume *vol, blk64_t minlen)
 	       vol->no_run_free - free_now <= vol->no_run_free / 8;
 }
 
-static void note_no_run(struct nx_volume *vol, blk64_t minlen)
-{
-	vol->no_run_len = minlen;
-	vol->no_run_free = ext2fs_free_blocks_count(vol->fs->super);
-}
-
 /*
  * Where the blocks of a new piece of file go, in order: right at GOAL
  * (the file continues without a seek); else the next free run from GOAL
@@ -150,13 +151,13 @@ static void note_no_run(struct nx_volume *vol, blk64_t minlen)
  * "Allocation bounds").
  *
  * No ext2fs_new_range(EXT2_NEWRANGE_MIN_LENGTH) here: in libext2fs 1.47.0
- * (and e2fsprogs master as of 2026) it never returns when no free run is
- * long enough and the volume's last block is in use.  Reaching the end of
- * the bitmap with nothing free after the last short run (ENOENT from
- * ext2fs_find_first_zero_block_bitmap2) restarts the scan at
- * s_first_data_block without setting its `looped' flag, which only a run
- * that reaches the end of the volume sets, so its loop condition
- * (!looped || start <= goal) stays true forever - a write into
+ * (and e2fsprogs' development branch as of March 2026) it never returns
+ * when no free run is long enough and the volume's last block is in use.
+ * Reaching the end of the bitmap with nothing free after the last short
+ * run (ENOENT from ext2fs_find_first_zero_block_bitmap2) restarts the
+ * scan at s_first_data_block without setting its `looped' flag, which
+ * only a run that reaches the end of the volume sets, so its loop
+ * condition (!looped || start <= goal) stays true forever - a write into
  * fragmented free space spun under the volume lock and hung the mount.
  */
 errcode_t nx_fmap_new_blocks(struct nx_volume *vol, blk64_t goal,
@@ -165,28 +166,31 @@ errcode_t nx_fmap_new_blocks(struct nx_volume *vol, blk64_t goal,
 {
 	ext2_filsys fs = vol->fs;
 	blk64_t n = alloc_budget(vol, min_u64(want, 1U << 30), slack);
-	blk64_t minlen = min_u64(n, NX_MIN_RUN), start = 0, len = 0;
+	struct run_search rs = { 1, n, 0, 0, 0 };
 
 	if (!n)
 		return ENOSPC;
 	if (goal < fs->super->s_first_data_block ||
 	    goal >= ext2fs_blocks_count(fs->super))
 		goal = fs->super->s_first_data_block;
-	if (find_free_run(fs, goal, goal, 1, n, &start, &len))
+	if (find_free_run(fs, goal, goal, &rs))
 		goto found;
-	if (!no_run_known(vol, minlen)) {
-		if (find_free_run_from(fs, goal, minlen, n, &start, &len)) {
+	rs.minlen = min_u64(n, NX_MIN_RUN);
+	if (!no_run_known(vol, rs.minlen)) {
+		if (find_free_run_from(fs, goal, &rs)) {
 			vol->no_run_len = 0;
 			goto found;
 		}
-		note_no_run(vol, minlen);
+		vol->no_run_len = rs.longest + 1;
+		vol->no_run_free = ext2fs_free_blocks_count(fs->super);
 	}
-	if (!find_free_run_from(fs, goal, 1, n, &start, &len))
+	rs.minlen = 1;
+	if (!find_free_run_from(fs, goal, &rs))
 		return ENOSPC;
 found:
-	ext2fs_block_alloc_stats_range(fs, start, (blk_t)len, +1);
-	*pblk = start;
-	*got = len;
+	ext2fs_block_alloc_stats_range(fs, rs.start, (blk_t)rs.len, +1);
+	*pblk = rs.start;
+	*got = rs.len;
 	return 0;
 }
 
