@@ -295,11 +295,18 @@ class AgingTest(nx.NxTestCase):
         # A few blocks for the file's own map may stay free, but no usable
         # free space (as a search that gives up early would leave), and
         # the data took the free blocks there were (the file's map and
-        # copy-on-write of metadata take a few).
-        self.assertLessEqual(after.f_bfree, 16,
+        # copy-on-write of metadata take a few).  The kernel's ext4 (the
+        # tests' own check) keeps 2% of the blocks back for its metadata
+        # (s_resv_clusters, and more on small volumes) and still counts
+        # them free.
+        slack = 16
+        if nx.backend() != 'nextfs':
+            slack += after.f_blocks // 25
+        self.assertLessEqual(after.f_bfree, slack,
                              'ENOSPC %s with %d bytes still free' %
                              (what, left))
-        self.assertGreaterEqual(written, free - free // 50 - 16 * self.bsize,
+        self.assertGreaterEqual(written, free - free // 50 -
+                                slack * self.bsize,
                                 '%s: wrote %d bytes of %d free' %
                                 (what, written, free))
         got = nx.read_file(self.m.p(rel))
