@@ -34,6 +34,8 @@
 #define NX_LBLK_END	((blk64_t)1 << 32)
 /* A free stretch shorter than this is not worth jumping to. */
 #define NX_MIN_RUN	128
+/* Free runs one search for a stretch worth it looks at, at most. */
+#define NX_SCAN_RUNS	8192
 
 static inline uint64_t min_u64(uint64_t a, uint64_t b)
 {
@@ -75,6 +77,7 @@ static blk64_t alloc_budget(struct nx_volume *vol, blk64_t want,
 /* A search for a free run (find_free_run). */
 struct run_search {
 	blk64_t minlen, cap;	/* at least MINLEN blocks, cut to CAP */
+	blk64_t steps;		/* free runs it may still look at */
 	blk64_t start, len;	/* the run found */
 	blk64_t longest;	/* the longest shorter run passed over */
 };
@@ -83,14 +86,17 @@ struct run_search {
  * The first free run that starts in [FROM, TO] and is at least
  * rs->minlen blocks long (<= rs->cap).  Every step moves past one free
  * run and the used block after it, so the search takes at most one step
- * per free run in the range: it ends, however the free space is cut up.
+ * per free run in the range, and no more than rs->steps: it ends,
+ * however the free space is cut up, in a time that does not grow with
+ * the volume.
  */
 static int find_free_run(ext2_filsys fs, blk64_t from, blk64_t to,
 			 struct run_search *rs)
 {
 	blk64_t last = ext2fs_blocks_count(fs->super) - 1, s, e, stop;
 
-	while (from <= to) {
+	while (from <= to && rs->steps) {
+		rs->steps--;
 		if (ext2fs_find_first_zero_block_bitmap2(fs->block_map, from,
 							 to, &s))
 			return 0;
@@ -123,13 +129,13 @@ static int find_free_run_from(ext2_filsys fs, blk64_t goal,
 
 /*
  * Is there no free run of MINLEN blocks, as far as the last search that
- * found none knows (it saw every free run, none longer than
- * vol->no_run_len - 1)?  That stays believed while the volume only fills
- * up (nothing freed can have made a longer run) and less than an eighth
- * of the free space it saw has been used since: on an aged volume every
- * allocation would otherwise scan all of the bitmap again for nothing.
- * Wrong only ever costs layout (a long run missed for a while), never
- * an allocation.
+ * found none knows (none of the runs it saw, all of them or
+ * NX_SCAN_RUNS, was longer than vol->no_run_len - 1)?  That stays
+ * believed while the volume only fills up (nothing freed can have made
+ * a longer run) and less than an eighth of the free space it saw has
+ * been used since: on an aged volume every allocation would otherwise
+ * search again for nothing.  Wrong only ever costs layout (a long run
+ * missed for a while), never an allocation.
  */
 static int no_run_known(struct nx_volume *vol, blk64_t minlen)
 {
@@ -145,10 +151,9 @@ static int no_run_known(struct nx_volume *vol, blk64_t minlen)
  * (the file continues without a seek); else the next free run from GOAL
  * on that is worth the jump (NX_MIN_RUN blocks, or the whole request if
  * smaller), wrapping at the end of the volume; else whatever free run
- * comes next.  Each search is bounded by the number of free runs
- * (find_free_run), and a request that no run can hold whole is met by a
- * shorter one: the callers loop for the rest (docs/concurrency.md,
- * "Allocation bounds").
+ * comes next.  Each search is bounded (find_free_run), and a request
+ * that no run can hold whole is met by a shorter one: the callers loop
+ * for the rest (docs/concurrency.md, "Allocation bounds").
  *
  * No ext2fs_new_range(EXT2_NEWRANGE_MIN_LENGTH) here: in libext2fs 1.47.0
  * (and e2fsprogs' development branch as of March 2026) it never returns
@@ -166,7 +171,7 @@ errcode_t nx_fmap_new_blocks(struct nx_volume *vol, blk64_t goal,
 {
 	ext2_filsys fs = vol->fs;
 	blk64_t n = alloc_budget(vol, min_u64(want, 1U << 30), slack);
-	struct run_search rs = { 1, n, 0, 0, 0 };
+	struct run_search rs = { 1, n, 1, 0, 0, 0 };
 
 	if (!n)
 		return ENOSPC;
@@ -176,6 +181,7 @@ errcode_t nx_fmap_new_blocks(struct nx_volume *vol, blk64_t goal,
 	if (find_free_run(fs, goal, goal, &rs))
 		goto found;
 	rs.minlen = min_u64(n, NX_MIN_RUN);
+	rs.steps = NX_SCAN_RUNS;
 	if (!no_run_known(vol, rs.minlen)) {
 		if (find_free_run_from(fs, goal, &rs)) {
 			vol->no_run_len = 0;
@@ -185,6 +191,7 @@ errcode_t nx_fmap_new_blocks(struct nx_volume *vol, blk64_t goal,
 		vol->no_run_free = ext2fs_free_blocks_count(fs->super);
 	}
 	rs.minlen = 1;
+	rs.steps = 2;		/* the first free block it finds will do */
 	if (!find_free_run_from(fs, goal, &rs))
 		return ENOSPC;
 found:
