@@ -29,7 +29,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SRCROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
-from nxbench import mounts, report, snapbench, workloads   # noqa: E402
+from nxbench import agebench, mounts, report, snapbench, workloads  # noqa
 from nxbench.mounts import BenchError                       # noqa: E402
 
 MIB, GIB = 1 << 20, 1 << 30
@@ -39,10 +39,12 @@ MIB, GIB = 1 << 20, 1 << 30
 # over all pairs of all repetitions.
 FULL = dict(image_size=4 * GIB, seq_size=GIB, rand_file=256 * MIB,
             rand_io=64 * MIB, creates=2000, tree_limit=None, reps=3,
-            scaling_snaps=8, overwrite_pairs=2, snapdir_snaps=1024)
+            scaling_snaps=8, overwrite_pairs=2, snapdir_snaps=1024,
+            aged_write=GIB)
 QUICK = dict(image_size=GIB, seq_size=256 * MIB, rand_file=64 * MIB,
              rand_io=16 * MIB, creates=500, tree_limit=1500, reps=1,
-             scaling_snaps=8, overwrite_pairs=5, snapdir_snaps=256)
+             scaling_snaps=8, overwrite_pairs=5, snapdir_snaps=256,
+             aged_write=256 * MIB)
 
 # workloads that need an earlier one's files
 NEEDS = {'seq_read': 'seq_write', 'rand_read': 'rand_write',
@@ -74,6 +76,8 @@ def parse_args(argv):
                     help='comma-separated subset of the workloads')
     ap.add_argument('--no-snapshots', action='store_true',
                     help='skip the snapshot costs')
+    ap.add_argument('--no-aged', action='store_true',
+                    help='skip the write on an aged volume')
     ap.add_argument('--pairs', type=int,
                     help='snapshot overwrite without/with pairs per '
                     'repetition and image kind (default 2, --quick 5)')
@@ -286,7 +290,7 @@ def main(argv):
                         'fio': tool_version(['fio', '--version']),
                         'e2fsprogs': tool_version(['mke2fs', '-V'])}},
            'suite': {}, 'snapshot_costs': [], 'take_scaling': [],
-           'snapdir': []}
+           'snapdir': [], 'aged': []}
     t_start = time.perf_counter()
     interrupted = None
     try:
@@ -319,6 +323,12 @@ def main(argv):
                                               workdir, fuse_bin, log)
                 r['_meta'] = meta
                 res['suite'].setdefault(sysname, []).append(r)
+            if not args.no_aged:
+                log('[rep %d/%d] write on an aged volume and a fresh one' %
+                    (rep + 1, reps))
+                res['aged'].append(agebench.run_aged(
+                    tracker, params, workdir, fuse_bin, args.build, systems,
+                    log))
             if 'nextfs' in systems and not args.no_snapshots:
                 log('[rep %d/%d] nextfs snapshot costs' % (rep + 1, reps))
                 t0 = time.perf_counter()
@@ -392,6 +402,19 @@ def _finish_notes(res):
             if m.get('error'):
                 notes.append('%s rep %d aborted: %s' % (sysname, i + 1,
                                                         m['error']))
+    for i, a in enumerate(res['aged']):
+        if a.get('error'):
+            notes.append('aged volume: %s' % a['error'])
+        for sysname in agebench.AGED_SYSTEMS:
+            for kind, r in sorted((a.get(sysname) or {}).items()):
+                what = '%s rep %d, write on a %s volume' % (sysname, i + 1,
+                                                          kind)
+                if r.get('error'):
+                    notes.append('%s: %s' % (what, r['error'][:300]))
+                if r.get('fsck_clean') is False:
+                    notes.append('%s: e2fsck -fn found errors' % what)
+                for p in r.get('problems', []):
+                    notes.append('%s: %s' % (what, p))
     for c in res['snapshot_costs']:
         if c.get('fsck_clean_after_delete') is False:
             notes.append('snapshot costs: e2fsck -fn found errors after '

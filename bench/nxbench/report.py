@@ -122,7 +122,37 @@ def summarize(res):
                                    and raw else None)
     summ['snapshots'] = _summarize_snapshots(res)
     summ['snapdir'] = _summarize_snapdir(res)
+    summ['aged'] = _summarize_aged(res)
     return summ
+
+
+def _summarize_aged(res):
+    """Medians of the writes on fresh and aged volumes, per system; the
+    ratio aged/fresh, and nextfs/other on the aged volume."""
+    reps = res.get('aged') or []
+    if not reps:
+        return {}
+    out = {'pattern': reps[0].get('pattern'), 'bytes': reps[0].get('bytes'),
+           'systems': {}}
+    for sysname in ('nextfs', 'fuse2fs', 'kernel'):
+        runs = [r.get(sysname) or {} for r in reps]
+        fresh = median(_values(runs, 'fresh'))
+        aged = median(_values(runs, 'aged'))
+        if fresh is None and aged is None:
+            continue
+        out['systems'][sysname] = {
+            'fresh_mib_s': fresh, 'aged_mib_s': aged,
+            'aged_vs_fresh': _ratio(aged, fresh),
+            'aged_daemon_cpu_seconds': median(
+                _values(runs, 'aged', 'daemon_cpu_seconds')),
+            'fresh_daemon_cpu_seconds': median(
+                _values(runs, 'fresh', 'daemon_cpu_seconds'))}
+    nx = out['systems'].get('nextfs', {})
+    for other in ('fuse2fs', 'kernel'):
+        o = out['systems'].get(other, {})
+        out['nextfs_vs_%s_aged' % other] = _ratio(nx.get('aged_mib_s'),
+                                                  o.get('aged_mib_s'))
+    return out
 
 
 def _median_ops(reps, key):
@@ -333,8 +363,32 @@ def print_tables(res, out):
     _print_spread(res, out)
     for note in meta.get('notes', []):
         w('note: %s\n' % note)
+    _print_aged(res, out)
     _print_snapshots(res, out)
     _print_snapdir(res, out)
+
+
+def _print_aged(res, out):
+    a = res['summary'].get('aged') or {}
+    if not a.get('systems'):
+        return
+    w = out.write
+    w('\nwrite of %d MiB (1 MiB writes, fsync+sync) on a fresh volume and '
+      'on an aged one\n(free space cut into %s: runs of free and used '
+      'blocks in turn)\n' % ((a.get('bytes') or 0) // MIB, a.get('pattern')))
+    w('%-8s %12s %12s %11s %s\n' % ('system', 'fresh MiB/s', 'aged MiB/s',
+                                    'aged/fresh', ' daemon CPU s fresh/aged'))
+    for sysname, r in a['systems'].items():
+        cpu = ''
+        if r.get('aged_daemon_cpu_seconds') is not None:
+            cpu = '  %s / %s' % (_fmt(r.get('fresh_daemon_cpu_seconds')),
+                                 _fmt(r.get('aged_daemon_cpu_seconds')))
+        w('%-8s %12s %12s %11s %s\n' % (
+            sysname, _fmt(r.get('fresh_mib_s')), _fmt(r.get('aged_mib_s')),
+            _fmt(r.get('aged_vs_fresh')), cpu))
+    w('on the aged volume: nextfs/fuse2fs %s, nextfs/kernel %s\n' % (
+        _fmt(a.get('nextfs_vs_fuse2fs_aged')),
+        _fmt(a.get('nextfs_vs_kernel_aged'))))
 
 
 def _print_snapdir(res, out):
@@ -640,6 +694,17 @@ def compare(old_path, new_path, out):
         ch = '%+.0f%%' % ((b / a - 1) * 100) if a and b else '-'
         w('%-28s %12s %12s %8s\n' % ('device ceiling ' + k[:-6], _fmt(a),
                                      _fmt(b), ch))
+    ao = (old['summary'].get('aged') or {}).get('systems') or {}
+    an = (new['summary'].get('aged') or {}).get('systems') or {}
+    for sysname in ('nextfs', 'fuse2fs', 'kernel'):
+        for k in ('fresh_mib_s', 'aged_mib_s'):
+            a = (ao.get(sysname) or {}).get(k)
+            b = (an.get(sysname) or {}).get(k)
+            if a is None and b is None:
+                continue
+            ch = '%+.0f%%' % ((b / a - 1) * 100) if a and b else '-'
+            w('%-28s %12s %12s %8s\n' % ('write %s %s' % (k[:-6], sysname),
+                                         _fmt(a), _fmt(b), ch))
     for k in ('overwrite_ratio', 'overwrite_device_ratio',
               'randwrite_ratio', 'amplification',
               'read_ratio', 'take_1GiB_median_s', 'take_1TiB_median_s',
