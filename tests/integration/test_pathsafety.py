@@ -158,8 +158,8 @@ class PathSafetyTest(nx.NxTestCase):
         top = os.path.realpath(self.work) + '/'
         return {p for p in nx.mounted_paths() if p.startswith(top)}
 
-    def serve(self, img, mnt, faults=None):
-        """nextfs-fuse -f IMG MNT as root: the path of the mount it made
+    def serve(self, img, mnt, faults=None, opts=()):
+        """nextfs-fuse -f [-o OPTS] IMG MNT as root: the mount it made
         (below the work directory) and '', or None and its stderr when
         it exits without mounting.  Unmounted and reaped at cleanup."""
         before = self.mounts_here()
@@ -168,7 +168,9 @@ class PathSafetyTest(nx.NxTestCase):
             env['NEXTFS_FAULTS'] = faults
         log = open(os.path.join(self.work, 'serve.log'), 'w+b')
         self.addCleanup(log.close)
-        proc = subprocess.Popen([nx.daemon_path(), '-f', img, mnt],
+        argv = [nx.daemon_path(), '-f'] + \
+            (['-o', ','.join(opts)] if opts else []) + [img, mnt]
+        proc = subprocess.Popen(argv,
                                 stdin=subprocess.DEVNULL, stdout=log,
                                 stderr=log, env=env, start_new_session=True)
         self.addCleanup(self.reap, proc)
@@ -361,6 +363,12 @@ class PathSafetyTest(nx.NxTestCase):
         where, err = self.serve(img, os.path.join(x, 'm'))
         self.assertIsNone(where, 'mounted through the user\'s link')
         self.assertIn('another user owns it', err)
+        # auto_unmount goes through fusermount3, by the path again: not
+        # where the user can change the path
+        where, err = self.serve(img, os.path.join(d, 'm'),
+                                opts=['auto_unmount'])
+        self.assertIsNone(where, 'auto_unmount on a path of the user\'s')
+        self.assertIn('users other than root can change', err)
         # root's own link is followed; mountinfo has the real path
         os.symlink(d, os.path.join(self.work, 'rl'))
         where, err = self.serve(img, os.path.join(self.work, 'rl', 'm'))
