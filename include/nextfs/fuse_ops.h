@@ -252,6 +252,10 @@ int nx_fuse_loop(struct fuse_session *se);
 struct nx_fuse_config {
 	const char *device;		/* absolute path of image or device */
 	const char *mountpoint;		/* absolute path */
+	const char *mount_name;		/* what libfuse mounts on (it may be
+					   /proc/self/fd/N: the directory the
+					   path led to when it was resolved),
+					   or NULL: MOUNTPOINT */
 	int rdonly;			/* -o ro */
 	int foreground;			/* -f (or -d) */
 	int singlethread;		/* -s */

@@ -87,8 +87,19 @@ int nx_cli_mount_volinfo(const char *mnt, struct nx_ioc_volinfo *vi);
  * NX_SP_PATH_ONLY): a descriptor, or -1 after a message.
  */
 int nx_cli_mount_root(const char *mnt, int flags);
-/* Where IMAGE (a file or block device) is mounted by FUSE (malloced). */
-char *nx_cli_find_mount(const char *image);
+/*
+ * Resolve the image or device IMAGE once, under the rules of safepath.h
+ * (a symbolic link of another user's, or on a FUSE mount, is refused),
+ * and pin the name to the file found (devname.h): every later open of
+ * IMAGE in this process, by any layer, reaches that file.  NX_CLI_OK, or
+ * NX_CLI_FAIL after a message.  (The tools set nx_sp_open_volume as the
+ * resolver, so a name used without this is resolved the same way; this
+ * is for the message.)
+ */
+int nx_cli_pin_image(const char *image);
+/* Where IMAGE (a file or block device) is mounted by FUSE (malloced);
+ * *SOURCE (if not NULL): that mount's source, as mountinfo spells it. */
+char *nx_cli_find_mount(const char *image, char **source);
 /*
  * The volume TARGET names: a nextfs-fuse mountpoint (*MNT, malloced), an
  * image or device (*VOL, opened with nx_volume_open FLAGS), or an image

@@ -30,9 +30,11 @@
 #include <sys/wait.h>
 #include <fuse_lowlevel.h>
 #include <et/com_err.h>
+#include "nextfs/devname.h"
 #include "nextfs/snaptool.h"
 #include "cli.h"
 #include "output.h"
+#include "safepath.h"
 
 #define CHECK_CLEAN	0
 #define CHECK_FIXED	1
@@ -80,6 +82,7 @@ struct fileview {
 	struct fuse_session *se;
 	pthread_t thread;
 	char mnt[64];
+	int dirfd;		/* MNT, held: the mount goes on it */
 };
 
 static void fv_attr(struct fileview *fv, fuse_ino_t ino, struct stat *st)
@@ -182,26 +185,53 @@ static void *fv_loop(void *arg)
 	return NULL;
 }
 
+/*
+ * The directory mkdtemp made, held, and what libfuse is to mount on: that
+ * directory, even if TMPDIR is a place where someone else can rename
+ * (safepath.h).  -1 if it is not ours and empty any more.
+ */
+static int fv_hold_dir(struct fileview *fv, char **mount_name)
+{
+	struct stat st;
+
+	fv->dirfd = nx_sp_open_path(fv->mnt, O_PATH | O_DIRECTORY);
+	if (fv->dirfd < 0)
+		return -1;
+	if (fstat(fv->dirfd, &st) < 0 || st.st_uid != geteuid() ||
+	    (st.st_mode & 07777) != 0700 || st.st_nlink != 2 ||
+	    !(*mount_name = nx_sp_mount_name(fv->dirfd, fv->mnt))) {
+		close(fv->dirfd);
+		fv->dirfd = -1;
+		return -1;
+	}
+	return 0;
+}
+
 static int fv_start(struct fileview *fv, struct nx_imgsrc *src)
 {
 	char *argv[] = { "nextfs-check", "-o",
 			 "ro,fsname=nextfs-check,subtype=nextfs-check", NULL };
 	struct fuse_args args = FUSE_ARGS_INIT(3, argv);
 	const char *tmp = getenv("TMPDIR");
+	char *mount_name = NULL;
 
 	fv->src = src;
+	fv->dirfd = -1;
 	snprintf(fv->mnt, sizeof(fv->mnt), "%s/nextfs-check-XXXXXX",
 		 tmp && *tmp && strlen(tmp) < 32 ? tmp : "/tmp");
 	if (!mkdtemp(fv->mnt))
 		return -1;
+	if (fv_hold_dir(fv, &mount_name))
+		goto fail;
 	fv->se = fuse_session_new(&args, &fv_ops, sizeof(fv_ops), fv);
 	fuse_opt_free_args(&args);
 	if (!fv->se)
 		goto fail;
-	if (fuse_session_mount(fv->se, fv->mnt)) {
+	if (fuse_session_mount(fv->se, mount_name)) {
 		fuse_session_destroy(fv->se);
 		goto fail;
 	}
+	free(mount_name);
 	if (pthread_create(&fv->thread, NULL, fv_loop, fv)) {
 		fuse_session_unmount(fv->se);
 		fuse_session_destroy(fv->se);
@@ -209,7 +239,10 @@ static int fv_start(struct fileview *fv, struct nx_imgsrc *src)
 	}
 	return 0;
 fail:
+	free(mount_name);
 	fv->se = NULL;
+	if (fv->dirfd >= 0)
+		close(fv->dirfd);
 	rmdir(fv->mnt);
 	return -1;
 }
@@ -220,6 +253,7 @@ static void fv_stop(struct fileview *fv)
 	fuse_session_unmount(fv->se);
 	pthread_join(fv->thread, NULL);
 	fuse_session_destroy(fv->se);
+	close(fv->dirfd);	/* after the unmount through its name */
 	rmdir(fv->mnt);
 }
 
@@ -374,7 +408,7 @@ static int fsck_live(const char *image, int verbose, unsigned *errors)
 /* IMAGE's primary superblock as it is on disk.  0 or -1 (errno). */
 static int read_primary_sb(const char *image, struct ext2_super_block *sb)
 {
-	int fd = open(image, O_RDONLY | O_CLOEXEC), rc = -1;
+	int fd = nx_dev_open(image, O_RDONLY), rc = -1;
 
 	if (fd < 0)
 		return -1;
@@ -390,7 +424,7 @@ static int read_primary_sb(const char *image, struct ext2_super_block *sb)
 /* Write SB as IMAGE's primary superblock, with its checksum made right. */
 static int write_primary_sb(const char *image, struct ext2_super_block *sb)
 {
-	int fd = open(image, O_WRONLY | O_CLOEXEC), rc = -1;
+	int fd = nx_dev_open(image, O_WRONLY), rc = -1;
 
 	if (fd < 0)
 		return -1;
@@ -431,6 +465,28 @@ static int set_has_snapshot(const char *image, int on, int *was)
  * claimed twice) it clones, so snapshot contents survive.  Returns
  * e2fsck's status or -1.
  */
+/*
+ * e2fsck -fy on IMAGE: on the file IMAGE was pinned to (devname.h), which
+ * e2fsck inherits and opens as /dev/fd/N, not on whatever the name leads
+ * to by now.
+ */
+static int repair_pinned(const char *image, char **out)
+{
+	char name[32];
+	int fd = nx_dev_open(image, O_PATH), rc;
+
+	*out = NULL;
+	if (fd < 0 || fcntl(fd, F_SETFD, 0) < 0) {
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
+	snprintf(name, sizeof(name), "/dev/fd/%d", fd);
+	rc = run_e2fsck_mode("-fy", name, out);
+	close(fd);
+	return rc;
+}
+
 static int repair_live(const char *image, int verbose)
 {
 	char *out = NULL;
@@ -443,7 +499,7 @@ static int repair_live(const char *image, int verbose)
 	}
 	printf("running %s -fy on %s (has_snapshot masked)\n", e2fsck_path(),
 	       image);
-	rc = run_e2fsck_mode("-fy", image, &out);
+	rc = repair_pinned(image, &out);
 	if (out && (verbose || rc < 0 || rc >= 4))
 		print_tail(out, verbose ? 1000 : 20);
 	free(out);
@@ -620,6 +676,8 @@ int nx_cmd_check(int argc, char **argv)
 		check_usage(stderr);
 		return CHECK_USAGE;
 	}
+	if (nx_cli_pin_image(image))
+		return CHECK_OPERROR;
 	nx_cli_progress_begin(&prog);
 	err = nx_check(image, repair ? NX_CHECK_REPAIR : 0, print_finding, &rc,
 		       &prog, &res, msg, sizeof(msg));

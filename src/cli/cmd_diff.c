@@ -39,9 +39,11 @@
 int nx_cli_open_image(const char *image, struct nx_volume **vol)
 {
 	char msg[512] = "";
-	errcode_t err = nx_volume_open(image, NX_VOL_RDONLY, vol, msg,
-				       sizeof(msg));
+	errcode_t err;
 
+	if (nx_cli_pin_image(image))
+		return NX_CLI_FAIL;
+	err = nx_volume_open(image, NX_VOL_RDONLY, vol, msg, sizeof(msg));
 	if (err) {
 		nx_cli_error("%s", msg[0] ? msg : error_message(err));
 		return NX_CLI_FAIL;

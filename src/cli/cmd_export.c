@@ -15,6 +15,7 @@
 #include <unistd.h>
 #include <sys/stat.h>
 #include <et/com_err.h>
+#include "nextfs/devname.h"
 #include "nextfs/snaptool.h"
 #include "cli.h"
 #include "safepath.h"
@@ -34,7 +35,7 @@ static int same_file(const char *a, const char *b)
 {
 	struct stat sa, sb;
 
-	return stat(a, &sa) == 0 && stat(b, &sb) == 0 &&
+	return nx_dev_stat(a, &sa) == 0 && stat(b, &sb) == 0 &&
 	       sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
 }
 

@@ -53,6 +53,8 @@ int nx_cmd_restore(int argc, char **argv)
 		nx_cli_error("invalid snapshot name '%s'", args[1]);
 		return NX_CLI_USAGE;
 	}
+	if (nx_cli_pin_image(args[0]))
+		return NX_CLI_FAIL;
 	nx_cli_progress_begin(&prog);
 	err = nx_snap_restore(args[0], args[1],
 			      destroy ? NX_RESTORE_DESTROY_NEWER : 0, &prog,

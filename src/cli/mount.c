@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <ext2fs/ext2fs.h>
 #include <et/com_err.h>
+#include "nextfs/devname.h"
 #include "nextfs/nxioctl.h"
 #include "nextfs/snapshot.h"
 #include "cli.h"
@@ -155,7 +156,7 @@ static int same_volume(const char *source, const struct stat *img)
 
 struct find_mount {
 	struct stat img;
-	char *found;
+	char *found, *source;
 };
 
 static int serves_image(void *priv, const struct nx_sp_mntent *e)
@@ -166,16 +167,31 @@ static int serves_image(void *priv, const struct nx_sp_mntent *e)
 	if (strncmp(e->type, "fuse", 4) || !same_volume(e->source, &f->img))
 		return 0;
 	f->found = strdup(e->mnt);
+	f->source = strdup(e->source);
 	return 1;
 }
 
-char *nx_cli_find_mount(const char *image)
+int nx_cli_pin_image(const char *image)
+{
+	if (nx_dev_path(image))
+		return NX_CLI_OK;
+	nx_cli_error("%s: %s", image, nx_sp_why(errno));
+	return NX_CLI_FAIL;
+}
+
+char *nx_cli_find_mount(const char *image, char **source)
 {
 	struct find_mount f = { .found = NULL };
 
-	if (stat(image, &f.img) != 0)
+	if (source)
+		*source = NULL;
+	if (nx_dev_stat(image, &f.img) != 0)
 		return NULL;
 	nx_sp_mountinfo_each(serves_image, &f);
+	if (f.found && f.source && source)
+		*source = f.source;
+	else
+		free(f.source);
 	return f.found;
 }
 
@@ -217,9 +233,11 @@ int nx_cli_open_target(const char *target, int flags, struct nx_volume **vol,
 	*mnt = NULL;
 	if (nx_cli_is_dir(target))
 		return mountpoint_of(target, flags, mnt);
+	if (nx_cli_pin_image(target))
+		return NX_CLI_FAIL;
 	err = nx_volume_open(target, flags, vol, msg, sizeof(msg));
 	/* Served by nextfs-fuse: ask the daemon, through its mountpoint. */
-	if (err == EBUSY && (*mnt = nx_cli_find_mount(target)))
+	if (err == EBUSY && (*mnt = nx_cli_find_mount(target, NULL)))
 		return NX_CLI_OK;
 	if (err) {
 		nx_cli_error("%s", msg[0] ? msg : error_message(err));

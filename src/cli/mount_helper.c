@@ -19,7 +19,10 @@
  * (/proc/self/exe), so a build tree's helper starts the build's daemon.
  *
  * After a mount we record "helper=nextfs" for it in libmount's utab
- * (/run/mount/utab, as root; skipped with -n).  Without an utab entry,
+ * (/run/mount/utab, as root; skipped with -n), under the source and
+ * mountpoint mountinfo lists for the mount that serves SOURCE: nextfs-fuse
+ * resolved both paths itself (docs/paths.md), and a name resolved again
+ * here could lead elsewhere by now.  Without an utab entry,
  * umount(8) of util-linux 2.38 takes the type from statfs(2), which says
  * plain "fuse", and runs no helper: it would return before the daemon
  * has written the volume back.  With it umount(8) reads mountinfo and runs
@@ -209,9 +212,8 @@ static void record_umount_helper(const struct helper_args *h)
 {
 	struct libmnt_update *upd = mnt_new_update();
 	struct libmnt_fs *fs = mnt_new_fs();
-	char *src = realpath(h->source, NULL);
-	char *tgt = realpath(h->mountpoint, NULL);
-	int rc = -ENOMEM;
+	char *src = NULL, *tgt = nx_cli_find_mount(h->source, &src);
+	int rc = tgt ? -ENOMEM : -ENOENT;
 
 	if (upd && fs && src && tgt && !mnt_fs_set_source(fs, src) &&
 	    !mnt_fs_set_target(fs, tgt) &&

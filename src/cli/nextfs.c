@@ -5,8 +5,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "nextfs/devname.h"
 #include "cli.h"
 #include "output.h"
+#include "safepath.h"
 
 void nx_cli_error(const char *fmt, ...)
 {
@@ -147,6 +149,8 @@ int main(int argc, char **argv)
 {
 	int status;
 
+	/* No image or device is opened but as safepath.h resolves it. */
+	nx_dev_set_resolver(nx_sp_open_volume);
 	if (argc > 0 && run_as_helper(argc, argv, &status))
 		return status;
 	if (argc < 2) {

@@ -123,6 +123,21 @@ static int match_id(void *priv, const struct nx_sp_mntent *e)
 	return 1;
 }
 
+/* 1 if the mount ID is a FUSE mount, 0 if not, -1 with errno. */
+static int on_fuse_mount(uint64_t id)
+{
+	struct by_id b = { .id = id };
+	int fuse = -1, rc = nx_sp_mountinfo_each(match_id, &b);
+
+	if (rc == 1 && b.type)
+		fuse = !strncmp(b.type, "fuse", 4);
+	else if (rc >= 0)	/* unmounted meanwhile, or out of memory */
+		errno = rc == 1 ? ENOMEM : ESTALE;
+	free(b.path);
+	free(b.type);
+	return fuse;
+}
+
 /* ------------------------------------------------------------------ */
 /* Mounts of descriptors                                               */
 
@@ -562,8 +577,7 @@ struct walker {
 	int cur;		/* O_PATH: the last step's directory */
 	struct step *s;
 	size_t n, cap;
-	uint64_t link_mnt[MAX_LINKS];	/* the mounts links were followed on */
-	int nlinks;
+	int nlinks;			/* links followed */
 };
 
 static void drop_step(struct walker *w)
@@ -672,6 +686,23 @@ static int walk_up(struct walker *w)
 }
 
 /*
+ * The rule for symbolic links: one that root or the caller owns, on a
+ * mount whose owners are real.  On a FUSE mount a file's owner is what
+ * its daemon reports: on a nextfs mount, whoever made the image, or the
+ * caller with -o fakeroot; below any nextfs mountpoint, links are users'
+ * no matter what they show.  1 it may be followed, 0 not, -1 with errno.
+ */
+static int link_trusted(const struct stat *st, uint64_t mnt_id)
+{
+	int fuse;
+
+	if (st->st_uid != 0 && st->st_uid != geteuid())
+		return 0;
+	fuse = on_fuse_mount(mnt_id);
+	return fuse < 0 ? -1 : !fuse;
+}
+
+/*
  * The link FD (O_PATH) in the last step's directory: may it be followed?
  * Then the rest of the walk is its target and REST.  NULL with errno.
  */
@@ -680,13 +711,14 @@ static char *follow_link(struct walker *w, int fd, const struct stat *st,
 {
 	char *target, *todo = NULL;
 	size_t len;
+	int trusted = link_trusted(st, w->s[w->n - 1].mnt);
 
-	if ((st->st_uid != 0 && st->st_uid != geteuid()) ||
-	    w->nlinks == MAX_LINKS) {
-		errno = ELOOP;
+	if (trusted <= 0 || w->nlinks == MAX_LINKS) {
+		if (!trusted || w->nlinks == MAX_LINKS)
+			errno = ELOOP;
 		return NULL;
 	}
-	w->link_mnt[w->nlinks++] = w->s[w->n - 1].mnt;
+	w->nlinks++;
 	target = nx_sp_readlink(fd, "", &len);
 	if (!target)
 		return NULL;
@@ -809,19 +841,13 @@ static int walk_result(struct walker *w, char *base, int flags,
 {
 	struct by_id b = { 0 };
 	size_t k, i, len = 0;
-	int j, err = 0;
 	char *r;
 
 	for (k = w->n; k-- > 0 && w->s[k].root < 0;)
 		;
-	if (k == (size_t)-1)
-		err = EXDEV;		/* above our "/": not reachable */
-	for (j = 0; !err && j < w->nlinks; j++)
-		if (w->link_mnt[j] == w->s[k].mnt)
-			err = ELOOP;	/* followed below the mountpoint */
-	if (err) {
+	if (k == (size_t)-1) {
 		free(base);
-		errno = err;
+		errno = EXDEV;		/* above our "/": not reachable */
 		return -1;
 	}
 	/* A directory itself below the mount's root: name it from above. */
@@ -912,6 +938,134 @@ void nx_sp_place_free(struct nx_sp_place *p)
 	memset(p, 0, sizeof(*p));
 	p->mnt.fd = -1;
 	p->dirfd = -1;
+}
+
+int nx_sp_open_path(const char *path, int flags)
+{
+	struct nx_sp_place p;
+	struct stat st;
+	int fd, e;
+
+	if (nx_sp_locate(path, NX_SP_FOLLOW_LAST, &p))
+		return -1;
+	/* What the walk left of the path: nothing followed any more. */
+	if (p.base[0])
+		fd = openat(p.dirfd, p.base, flags | O_NOFOLLOW | O_CLOEXEC);
+	else
+		fd = openat(p.mnt.fd, ".", flags | O_CLOEXEC);
+	/* O_PATH | O_NOFOLLOW opens a link that appeared meanwhile. */
+	if (fd >= 0 && (flags & O_PATH) && fstat(fd, &st) == 0 &&
+	    S_ISLNK(st.st_mode)) {
+		close(fd);
+		fd = -1;
+		errno = ELOOP;
+	}
+	e = errno;
+	nx_sp_place_free(&p);
+	errno = e;
+	return fd;
+}
+
+int nx_sp_open_volume(const char *name)
+{
+	struct stat st;
+	int fd = nx_sp_open_path(name, O_PATH), e;
+
+	if (fd < 0 || fstat(fd, &st) < 0)
+		goto fail;
+	if (S_ISREG(st.st_mode) || S_ISBLK(st.st_mode))
+		return fd;
+	errno = S_ISDIR(st.st_mode) ? EISDIR : ENOTBLK;
+fail:
+	e = errno;
+	if (fd >= 0)
+		close(fd);
+	errno = e;
+	return -1;
+}
+
+char *nx_sp_fd_path(int fd)
+{
+	char proc[64];
+
+	snprintf(proc, sizeof(proc), "/proc/self/fd/%d", fd);
+	return nx_sp_readlink(AT_FDCWD, proc, NULL);
+}
+
+char *nx_sp_mount_name(int fd, const char *path)
+{
+	char *name = NULL;
+
+	if (geteuid() != 0)
+		return strdup(path);
+	if (asprintf(&name, "/proc/self/fd/%d", fd) < 0)
+		return NULL;
+	return name;
+}
+
+/*
+ * May someone other than root make the name of the directory CHILD in
+ * UP (both stat'ed) lead elsewhere?  Only who may rename in UP: its
+ * owner and, unless UP is sticky, whoever may write it; in a sticky
+ * directory also the entry's owner.
+ */
+static int others_may_rename(const struct stat *up, const struct stat *child)
+{
+	if (up->st_uid != 0)
+		return 1;
+	if (!(up->st_mode & (S_IWGRP | S_IWOTH)))
+		return 0;
+	return !(up->st_mode & S_ISVTX) || child->st_uid != 0;
+}
+
+int nx_sp_path_fixed(int fd)
+{
+	struct stat child, up;
+	uint64_t id, last_id = 0;
+	int cur, next, fixed = 1, fuse;
+
+	cur = openat(fd, ".", O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (cur < 0 || fstat(cur, &child) < 0)
+		goto fail;
+	for (;;) {
+		if (nx_sp_mount_id(cur, &id))
+			goto fail;
+		if (id != last_id) {
+			fuse = on_fuse_mount(id);
+			if (fuse < 0)
+				goto fail;
+			if (fuse) {
+				fixed = 0;	/* owners as a daemon says */
+				break;
+			}
+			last_id = id;
+		}
+		next = openat(cur, "..", O_PATH | O_DIRECTORY | O_CLOEXEC);
+		if (next < 0 || fstat(next, &up) < 0) {
+			if (next >= 0)
+				close(next);
+			goto fail;
+		}
+		close(cur);
+		cur = next;
+		if (up.st_dev == child.st_dev && up.st_ino == child.st_ino)
+			break;			/* "/" */
+		if (others_may_rename(&up, &child)) {
+			fixed = 0;
+			break;
+		}
+		child = up;
+	}
+	close(cur);
+	return fixed;
+fail:
+	if (cur >= 0) {
+		int e = errno;
+
+		close(cur);
+		errno = e;
+	}
+	return -1;
 }
 
 /* ------------------------------------------------------------------ */
@@ -1071,8 +1225,11 @@ const char *nx_sp_why(int err)
 	switch (err) {
 	case ELOOP:
 		return "a symbolic link on the way, which is not followed "
-		       "(it is below the mount's root, or another user owns "
-		       "it)";
+		       "(another user owns it, or it is on a FUSE mount such "
+		       "as a nextfs mount)";
+	case ENOTBLK:
+	case EISDIR:
+		return "not an image file or block device";
 	case EXDEV:
 		return "it leaves the mount (another mount or '..' on the "
 		       "way)";

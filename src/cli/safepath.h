@@ -7,17 +7,24 @@
  * lets the owner of any directory on the way swap it for a symbolic link
  * in between, and root then reads or writes wherever the link points.
  * So every command that acts on a path it was given resolves it once,
- * here, into open directories, and acts relative to those.
+ * here, into open directories or files, and acts relative to those.  The
+ * same goes for the images, devices and mountpoints the tools and
+ * nextfs-fuse are given (nx_sp_open_path).
  *
  * Contract:
  * - nx_sp_locate() walks a path from "/" (or the working directory) one
  *   component at a time with openat(O_PATH | O_NOFOLLOW).  A symbolic
- *   link is followed only when root or the caller owns it, and only
- *   outside the mount the path ends on (/var/run -> /run is followed; a
- *   link below the mountpoint of that mount never is, whoever made it).
- *   The result holds the mount's root and the directory that holds the
- *   last component open; the last component itself is not followed
- *   unless NX_SP_FOLLOW_LAST says so (then under the same rules).
+ *   link is followed only when root or the caller owns it, and never on
+ *   a FUSE mount, whose daemon says who owns its files (/var/run -> /run
+ *   is followed; a link below a nextfs mountpoint never is, whoever it
+ *   shows as its owner).  The result holds the mount's root and the
+ *   directory that holds the last component open; the last component
+ *   itself is not followed unless NX_SP_FOLLOW_LAST says so (then under
+ *   the same rule).
+ * - nx_sp_open_path() resolves a path the same way, following the last
+ *   component, and opens the file or directory it ends on: what was
+ *   resolved is what is held, and acted on through the descriptor (or
+ *   /proc/self/fd/N, devname.h) from then on.
  * - Below an open directory (nx_sp_open*, nx_sp_lstat), nothing is
  *   followed and the mount is never left: openat2() with RESOLVE_BENEATH
  *   | RESOLVE_NO_SYMLINKS | RESOLVE_NO_XDEV (a path longer than PATH_MAX
@@ -107,6 +114,43 @@ int nx_sp_open_dir(int dirfd, const char *rel);
 int nx_sp_open_parent(int dirfd, const char *rel, char **base);
 int nx_sp_open(int dirfd, const char *rel, int flags);
 int nx_sp_lstat(int dirfd, const char *rel, struct stat *st);
+
+/*
+ * PATH resolved (see the contract, NX_SP_FOLLOW_LAST) and what it ends on
+ * opened with FLAGS (O_NOFOLLOW added; with O_PATH a symbolic link that
+ * replaced it meanwhile is refused, ELOOP): a descriptor, or -1 with
+ * errno.  nx_sp_fd_path: where FD is now, as the kernel spells it
+ * (/proc/self/fd/N; for a mountpoint what mountinfo will say), malloced.
+ */
+int nx_sp_open_path(const char *path, int flags);
+char *nx_sp_fd_path(int fd);
+
+/*
+ * The volume NAME (an image file or a block device) resolved and opened
+ * O_PATH, for devname.h (nx_dev_set_resolver): a descriptor, or -1 with
+ * errno (EISDIR, ENOTBLK: neither a file nor a block device).
+ */
+int nx_sp_open_volume(const char *name);
+
+/*
+ * What to give libfuse's fuse_session_mount() to mount on the directory
+ * FD (named PATH), malloced.  For root "/proc/self/fd/FD": mount(2)
+ * follows it to that very directory whatever PATH leads to by now,
+ * mountinfo records where the directory is, and libfuse unmounts through
+ * the same name (keep FD open until then).  For other users PATH: their
+ * mount goes through fusermount3, which resolves it again under their
+ * own permissions (and refuses a /proc name).
+ */
+char *nx_sp_mount_name(int fd, const char *path);
+
+/*
+ * 1 if no one but root can make the path of the directory FD lead
+ * elsewhere: every directory above it is root's and writable by root
+ * alone (or sticky, and the entry in it root's), and none is on a FUSE
+ * mount.  For handing the path to a program that resolves it again
+ * (fusermount3).  0 if someone else can, -1 with errno.
+ */
+int nx_sp_path_fixed(int fd);
 
 /* 0 if FD is on the mount MNT_ID and not the root of another, else -1
  * with EXDEV.  nx_sp_mount_id: FD's mount id. */

@@ -11,6 +11,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -346,6 +347,9 @@ static void *read_ahead_thread(void *arg)
 /*
  * fuseblk: the kernel claims the device at mount, so ours must go first;
  * if the mount fails, ours comes back before anything more is written.
+ * The mount goes on MOUNT_NAME when there is one: the directory MOUNTPOINT
+ * was resolved to, not whatever its path leads to by now (and libfuse
+ * unmounts through the same name).
  */
 static int mount_session(struct fuse_session *se, struct nx_fuse *fs,
 			 const struct nx_fuse_config *cfg)
@@ -354,13 +358,33 @@ static int mount_session(struct fuse_session *se, struct nx_fuse *fs,
 
 	if (cfg->blkdev)
 		nx_volume_release_claim(fs->vol);
-	if (fuse_session_mount(se, cfg->mountpoint) == 0)
+	if (fuse_session_mount(se, cfg->mount_name ? cfg->mount_name :
+			       cfg->mountpoint) == 0)
 		return 0;
 	if (cfg->blkdev && nx_volume_reclaim(fs->vol, msg, sizeof(msg)))
 		nx_err("%s", msg);
 	else
 		nx_err("cannot mount %s on %s", cfg->device, cfg->mountpoint);
 	return -1;
+}
+
+/*
+ * Where the mount is now, as mountinfo spells it, for the status channel
+ * (holder.h): where the directory it went on is (readlink of MOUNT_NAME,
+ * when that is /proc/self/fd/N: renamed meanwhile, it took the mount
+ * along), else MOUNTPOINT.  Malloced, or NULL.
+ */
+static char *mounted_at(const struct nx_fuse_config *cfg)
+{
+	char buf[PATH_MAX];
+	ssize_t n = -1;
+
+	if (cfg->mount_name && !strncmp(cfg->mount_name, "/proc/self/fd/", 14))
+		n = readlink(cfg->mount_name, buf, sizeof(buf) - 1);
+	if (n <= 0 || buf[0] != '/')
+		return strdup(cfg->mountpoint);
+	buf[n] = 0;
+	return strdup(buf);
 }
 
 /*
@@ -393,6 +417,7 @@ int nx_fuse_main(const struct nx_fuse_config *cfg)
 	struct fuse_session *se = NULL;
 	int status = NX_EXIT_USAGE, mounted = 0, handlers = 0, ret;
 	pthread_t ra_thread;
+	char *where;
 	int ra_started = 0;
 	errcode_t err;
 
@@ -431,7 +456,10 @@ int nx_fuse_main(const struct nx_fuse_config *cfg)
 	if (mount_session(se, &fs, cfg) != 0)
 		goto out;
 	mounted = 1;
-	life.holder = nx_holder_start(cfg->device, cfg->mountpoint);
+	where = mounted_at(cfg);
+	life.holder = nx_holder_start(cfg->device, where ? where :
+				      cfg->mountpoint);
+	free(where);
 	if (fuse_daemonize(cfg->foreground) != 0) {
 		nx_err("cannot go to the background");
 		goto out;

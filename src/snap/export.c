@@ -26,6 +26,7 @@
 #include <unistd.h>
 #include <et/com_err.h>
 #include "nextfs/bytechan.h"
+#include "nextfs/devname.h"
 #include "nextfs/snaptool.h"
 #include "snap_internal.h"
 
@@ -233,7 +234,7 @@ errcode_t nx_imgsrc_open_live(const char *device, struct nx_imgsrc **ret,
 	src->bs = fs->blocksize;
 	src->size = ext2fs_blocks_count(fs->super) * (uint64_t)fs->blocksize;
 	src->first_data_block = fs->super->s_first_data_block;
-	src->fd = open(device, O_RDONLY | O_CLOEXEC);
+	src->fd = nx_dev_open(device, O_RDONLY);
 	if (src->fd < 0 ||
 	    pread(src->fd, &src->sb, sizeof(src->sb), SUPERBLOCK_OFFSET) !=
 	    (ssize_t)sizeof(src->sb)) {
