@@ -1,11 +1,15 @@
 /*
  * test_repl.c - replication below the CLI: snapshot identity
- * (nx_snap_uuid, snapshot.h).
+ * (nx_snap_uuid, snapshot.h), nextfs's private records (xattr.h).
  */
+#include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include "fixture.h"
+#include "nextfs/inode.h"
 #include "nextfs/snapshot.h"
+#include "nextfs/xattr.h"
 
 /*
  * The derivation is RFC 4122's version 5 (as Python's uuid.uuid5 computes
@@ -67,6 +71,65 @@ START_TEST(test_snapshot_uuid_on_a_volume)
 }
 END_TEST
 
+/*
+ * Private records: stored and read back, not changing ctime, invisible
+ * and untouchable through the user calls (so no stream can forge one),
+ * their external block given back when the last goes; e2fsck clean.
+ */
+START_TEST(test_private_records)
+{
+	struct ext2_inode_large before, after;
+	struct nx_volume *vol;
+	struct nx_cred root;
+	char path[256], list[256], big[700];
+	void *v;
+	size_t len;
+	int f;
+
+	nxt_root_cred(&root);
+	memset(big, 'x', sizeof(big));
+	for (f = 0; f < NXT_NFLAVOURS; f++) {
+		nxt_mkfs(path, nxt_flavours[f], 16);
+		vol = nxt_open(path);
+		nx_volume_lock(vol);
+		ck_assert_int_eq(nx_inode_read(vol, EXT2_ROOT_INO, &before), 0);
+		ck_assert_int_eq(nx_xattr_private_set(vol, EXT2_ROOT_INO,
+				 NX_XATTR_PRIVATE "cursor", big, sizeof(big)), 0);
+		ck_assert_int_eq(nx_xattr_private_get(vol, EXT2_ROOT_INO,
+				 NX_XATTR_PRIVATE "cursor", &v, &len), 0);
+		ck_assert_uint_eq(len, sizeof(big));
+		ck_assert_mem_eq(v, big, len);
+		free(v);
+		ck_assert_int_eq(nx_listxattr(vol, &root, EXT2_ROOT_INO, list,
+					      sizeof(list), &len), 0);
+		ck_assert_uint_eq(len, 0);
+		ck_assert_int_eq(nx_getxattr(vol, &root, EXT2_ROOT_INO,
+				 NX_XATTR_PRIVATE "cursor", list, sizeof(list),
+				 &len), EOPNOTSUPP);
+		ck_assert_int_eq(nx_setxattr(vol, &root, EXT2_ROOT_INO,
+				 NX_XATTR_PRIVATE "cursor", "x", 1, 0),
+				 EOPNOTSUPP);
+		ck_assert_int_eq(nx_removexattr(vol, &root, EXT2_ROOT_INO,
+				 NX_XATTR_PRIVATE "cursor"), EOPNOTSUPP);
+		ck_assert_int_eq(nx_xattr_private_set(vol, EXT2_ROOT_INO,
+				 "user.x", "x", 1), EINVAL);
+		ck_assert_int_eq(nx_inode_read(vol, EXT2_ROOT_INO, &after), 0);
+		ck_assert_uint_eq(after.i_ctime, before.i_ctime);
+		ck_assert_int_eq(nx_xattr_private_remove(vol, EXT2_ROOT_INO,
+				 NX_XATTR_PRIVATE "cursor"), 0);
+		ck_assert_int_eq(nx_xattr_private_remove(vol, EXT2_ROOT_INO,
+				 NX_XATTR_PRIVATE "cursor"), ENODATA);
+		ck_assert_int_eq(nx_xattr_private_get(vol, EXT2_ROOT_INO,
+				 NX_XATTR_PRIVATE "cursor", &v, &len), ENODATA);
+		ck_assert_int_eq(nx_inode_read(vol, EXT2_ROOT_INO, &after), 0);
+		ck_assert_uint_eq(after.i_file_acl, 0);
+		nx_volume_unlock(vol);
+		ck_assert_int_eq(nxt_close_and_fsck(vol, path), 0);
+		nxt_unlink(path);
+	}
+}
+END_TEST
+
 static Suite *suite(void)
 {
 	Suite *s = suite_create("repl");
@@ -74,6 +137,7 @@ static Suite *suite(void)
 
 	tcase_add_test(tc, test_snapshot_uuid_known_answer);
 	tcase_add_test(tc, test_snapshot_uuid_on_a_volume);
+	tcase_add_test(tc, test_private_records);
 	suite_add_tcase(s, tc);
 	return s;
 }
