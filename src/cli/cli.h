@@ -51,6 +51,7 @@ int nx_cmd_check(int argc, char **argv);
 int nx_cmd_export(int argc, char **argv);
 int nx_cmd_diff(int argc, char **argv);
 int nx_cmd_restore(int argc, char **argv);
+int nx_cmd_receive(int argc, char **argv);	/* cmd_receive.c */
 int nx_cmd_info(int argc, char **argv);
 int nx_cmd_umount(int argc, char **argv);
 /* mount(8)'s helper: nextfs called as mount.nextfs (mount_helper.c). */

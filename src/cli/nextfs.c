@@ -112,6 +112,8 @@ static void usage(FILE *out)
 		"  export IMAGE NAME OUT       write a snapshot as a standalone image\n"
 		"  diff IMAGE_OR_MNT OLD [NEW] list what changed between snapshots\n"
 		"  restore IMAGE NAME          roll the live tree back to a snapshot\n"
+		"  receive TARGET              apply a send stream (stdin) and take\n"
+		"                              its snapshot (btrfs send format)\n"
 		"  info IMAGE_OR_MOUNTPOINT    volume and snapshot summary\n"
 		"  umount MOUNTPOINT           unmount; return once the volume is\n"
 		"                              written back and released\n"
@@ -119,8 +121,8 @@ static void usage(FILE *out)
 		"\n"
 		"Run 'nextfs COMMAND --help' for a command's options.\n"
 		"Exit status: 0 success, 1 failure (nothing changed), 2 usage\n"
-		"(check: as e2fsck; umount: 3 when the daemon ended badly; see\n"
-		"'nextfs COMMAND --help').\n"
+		"(check: as e2fsck; umount: 3 when the daemon ended badly; receive:\n"
+		"3 when interrupted and resumable; see 'nextfs COMMAND --help').\n"
 		"\n"
 		"Unmount with 'nextfs umount MNT': unlike fusermount3 -u it returns\n"
 		"only when the volume is written back, so 'nextfs umount MNT &&\n"
@@ -179,6 +181,8 @@ int main(int argc, char **argv)
 		return nx_cmd_diff(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "restore"))
 		return nx_cmd_restore(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "receive"))
+		return nx_cmd_receive(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "info"))
 		return nx_cmd_info(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "umount") || !strcmp(argv[1], "unmount"))
