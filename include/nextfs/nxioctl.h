@@ -35,11 +35,13 @@
  * NX_IOC_RECV_* (the root directory of the mount): "nextfs receive" on a
  * mountpoint, applied by the daemon (receive.h, docs/replication.md).
  * BEGIN starts a session (or, with NX_IOC_RECV_ABORT, gives up the
- * pending receive and ends); DATA carries the stream, up to
- * NX_IOC_RECV_CHUNK bytes a call, and answers 1 once the snapshot is
- * taken; STATUS says how it went (session 0: the target's pending
- * receive and its resume token); END stops a session (keeping the cursor
- * when it was interrupted) and frees it.  One session per mount: a BEGIN
+ * pending receive and ends), or says in error and msg why not; DATA
+ * carries the stream, up to NX_IOC_RECV_CHUNK bytes a call, and answers
+ * 1 once the snapshot is taken, ECANCELED when the receive failed;
+ * STATUS says how it went (session 0: the target's pending receive and
+ * its resume token); END stops a session (keeping the cursor when it
+ * was interrupted) and frees it.  A session that is not (or no longer)
+ * the daemon's is ESTALE.  One session per mount: a BEGIN
  * while another client's session is alive is EBUSY, and a session whose
  * client process is gone is stopped (resumable) by the next BEGIN.  Only
  * root (after -o fakeroot's mapping) and the user who mounted the volume
@@ -103,8 +105,9 @@ struct nx_ioc_opstats {
 
 struct nx_ioc_recv_begin {
 	uint32_t flags;			/* in: NX_IOC_RECV_* */
-	uint32_t pad;
+	uint32_t error;			/* out: 0, or an errno and msg */
 	uint64_t session;		/* out */
+	char msg[512];
 };
 
 /* A FUSE restricted ioctl carries less than 16 KiB (_IOC_SIZE: 14 bits). */
@@ -128,6 +131,7 @@ struct nx_ioc_recv_data {
 #define NX_IOC_RECV_RESUMABLE	0x1	/* the cursor stays: resume it */
 #define NX_IOC_RECV_ROLLED_BACK	0x2	/* the live tree went back */
 #define NX_IOC_RECV_INCREMENTAL	0x4
+#define NX_IOC_RECV_REFUSED	0x8	/* nothing of this run applied */
 
 struct nx_ioc_recv_status {
 	uint64_t session;		/* in: 0 = the target's pending one */

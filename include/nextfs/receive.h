@@ -99,9 +99,20 @@
 /* nx_recv_open() flags. */
 #define NX_RECV_FORCE		0x1	/* -F: roll back / empty first */
 #define NX_RECV_RESUME		0x2	/* --resume: continue a pending one */
+/*
+ * Only check the stream's first command against the target (VOL may be
+ * read-only): nx_recv_feed() answers NX_RECV_CHECKED once the receive
+ * could start, having written nothing.  So the tool refuses without
+ * opening an image for writing at all, which would write its superblock.
+ */
+#define NX_RECV_CHECK		0x4
 
-/* Results of nx_recv_feed()/nx_recv_eof() besides 0 and errors. */
-#define NX_RECV_DONE		1	/* applied, snapshot taken */
+/*
+ * Results of nx_recv_feed()/nx_recv_eof() besides 0 and errors (which
+ * are positive: errno values and libext2fs codes).
+ */
+#define NX_RECV_DONE		(-100)	/* applied, snapshot taken */
+#define NX_RECV_CHECKED		(-101)	/* NX_RECV_CHECK: it may start */
 
 /*
  * What the receive needs from whoever runs it.  RELEASE: INO lost its
@@ -131,6 +142,7 @@ struct nx_recv_stats {
 	uint64_t next_index;		/* the cursor: next command ... */
 	uint64_t next_offset;		/* ... at this stream offset */
 	int resumable;			/* after an error: the cursor stays */
+	int refused;			/* ... and nothing of this run applied */
 	int rolled_back;		/* after an error: the tree went back */
 	struct nx_snapinfo taken;	/* after NX_RECV_DONE */
 };

@@ -163,6 +163,11 @@ static int rcv_begin(struct rcv *c, int flags)
 		  ((flags & NX_RECV_RESUME) ? NX_IOC_RECV_RESUME : 0);
 	if (daemon_says(c, NX_IOC_RECV_BEGIN, &b))
 		return NX_CLI_FAIL;
+	if (b.error) {
+		b.msg[sizeof(b.msg) - 1] = 0;
+		nx_cli_error("%s", b.msg[0] ? b.msg : strerror((int)b.error));
+		return NX_CLI_FAIL;
+	}
 	c->session = b.session;
 	return NX_CLI_OK;
 }
@@ -206,8 +211,7 @@ static int rcv_feed(struct rcv *c, const char *buf, size_t len, int eof)
 		rc = ioctl(c->fd, NX_IOC_RECV_DATA, c->chunk);
 		if (rc < 0) {
 			/* The receive's own failures: STATUS says what. */
-			if (errno == EPERM || errno == ENOTTY ||
-			    errno == ESTALE || errno == EBUSY)
+			if (errno != ECANCELED)
 				daemon_error(c, errno);
 			return -1;
 		}
@@ -302,12 +306,15 @@ static void report_json(const struct nx_ioc_recv_status *st,
 		if (st->token[0])
 			nx_json_str(&j, "token", st->token);
 	}
-	if (st->state == NX_IOC_RECV_FAILED)
+	if (st->state == NX_IOC_RECV_FAILED) {
 		nx_json_bool(&j, "rolled_back",
 			     (st->flags & NX_IOC_RECV_ROLLED_BACK) != 0);
+		nx_json_bool(&j, "refused",
+			     (st->flags & NX_IOC_RECV_REFUSED) != 0);
+	}
 	if (st->msg[0])
 		nx_json_str(&j, "message", st->msg);
-	nx_json_close(&j, '{');
+	nx_json_close(&j, '}');
 	nx_json_end(&j);
 }
 
@@ -350,12 +357,15 @@ static int report(const struct rcv *c, int rc, int json, int verbose,
 		return NX_CLI_OK;
 	}
 	if (json)
-		report_json(st, st->flags & NX_IOC_RECV_RESUMABLE ?
-			    "interrupted" : "failed");
+		report_json(st, (st->flags & NX_IOC_RECV_RESUMABLE) &&
+			    !(st->flags & NX_IOC_RECV_REFUSED) ? "interrupted" :
+			    "failed");
 	nx_cli_error("receive: %s", st->msg[0] ? st->msg : "failed");
 	if ((st->flags & NX_IOC_RECV_RESUMABLE) && st->token[0]) {
 		say_pending(c, st);
-		return NX_CLI_RESUMABLE;
+		/* refused: a receive pending before stays so, nothing more */
+		return st->flags & NX_IOC_RECV_REFUSED ? NX_CLI_FAIL :
+		       NX_CLI_RESUMABLE;
 	}
 	return NX_CLI_FAIL;
 }
@@ -412,14 +422,105 @@ static int pump(struct rcv *c, int fd, const char *what)
 	return rc;
 }
 
+/*
+ * Read the stream up to the end of its first command (or its end, or a
+ * broken one: the receive says what is wrong with it) into *BUF.
+ */
+static int read_first(int fd, const char *what, char **buf, size_t *len)
+{
+	struct nx_ss_decoder d;
+	struct nx_ss_cmd cmd;
+	size_t cap = 65536, used;
+	int rc = NX_SS_MORE;
+
+	*len = 0;
+	*buf = malloc(cap);
+	if (!*buf) {
+		nx_cli_error("out of memory");
+		return -1;
+	}
+	nx_ss_dec_init(&d, NX_SS_DEC_PRIVATE);
+	while (rc == NX_SS_MORE && !stop_signal) {
+		ssize_t n;
+
+		if (*len == cap) {
+			char *more = cap < (8U << 20) ? realloc(*buf, 2 * cap) :
+				     NULL;
+
+			if (!more)
+				break;	/* the receive will say why */
+			*buf = more;
+			cap *= 2;
+		}
+		n = read(fd, *buf + *len, cap - *len);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			nx_cli_error("reading %s: %s", what, strerror(errno));
+			return -1;
+		}
+		if (n == 0)
+			break;
+		*len += (size_t)n;
+		if (!d.version)
+			rc = nx_ss_decode_header(&d, *buf, *len, &used);
+		if (d.version)
+			rc = nx_ss_decode_cmd(&d, *buf + NX_SS_HEADER_LEN,
+					      *len - NX_SS_HEADER_LEN, &cmd,
+					      &used);
+	}
+	return 0;
+}
+
+/*
+ * An image: check the stream's start against it opened read-only first,
+ * so that a refusal leaves it byte for byte as it was (a read-write open
+ * writes the superblock).  NX_CLI_OK when the receive may start.
+ */
+static int precheck(const char *image, int flags, const char *first,
+		    size_t len)
+{
+	struct nx_volume *vol = NULL;
+	struct nx_recv *r = NULL;
+	struct nx_recv_env env;
+	char msg[768] = "";
+	errcode_t err;
+	int rc;
+
+	if (nx_cli_pin_image(image))
+		return NX_CLI_FAIL;
+	/*
+	 * Served by a daemon (EBUSY: it checks), a journal to replay first,
+	 * any other trouble: the read-write open says what it is.
+	 */
+	err = nx_volume_open(image, NX_VOL_RDONLY, &vol, msg, sizeof(msg));
+	if (err)
+		return NX_CLI_OK;
+	memset(&env, 0, sizeof(env));
+	nx_volume_lock(vol);
+	err = nx_recv_open(vol, flags | NX_RECV_CHECK, &env, &r, msg,
+			   sizeof(msg));
+	rc = err ? (int)err : nx_recv_feed(r, first, len);
+	if (rc == 0)
+		rc = nx_recv_eof(r);
+	if (rc != NX_RECV_CHECKED)
+		nx_cli_error("%s", err ? (msg[0] ? msg : error_message(err)) :
+			     nx_recv_msg(r));
+	nx_recv_close(r);
+	nx_volume_unlock(vol);
+	nx_volume_close(vol);
+	return rc == NX_RECV_CHECKED ? NX_CLI_OK : NX_CLI_FAIL;
+}
+
 static int do_receive(struct rcv *c, int fd, const char *what, int json,
-		      int verbose)
+		      int verbose, const char *first, size_t flen)
 {
 	struct nx_ioc_recv_status st;
 	int rc;
 
-	catch_signals();
-	rc = pump(c, fd, what);
+	rc = rcv_feed(c, first, flen, 0);
+	if (rc == 0)
+		rc = pump(c, fd, what);
 	if (rc == 0 && stop_signal) {
 		rcv_stop(c);
 		if (rcv_status(c, &st))
@@ -464,7 +565,13 @@ static int pending_op(struct rcv *c, int abort, int json)
 	if (c->mnt) {
 		memset(&b, 0, sizeof(b));
 		b.flags = NX_IOC_RECV_ABORT;
-		return daemon_says(c, NX_IOC_RECV_BEGIN, &b);
+		if (daemon_says(c, NX_IOC_RECV_BEGIN, &b))
+			return NX_CLI_FAIL;
+		if (!b.error)
+			return NX_CLI_OK;
+		b.msg[sizeof(b.msg) - 1] = 0;
+		nx_cli_error("%s", b.msg[0] ? b.msg : strerror((int)b.error));
+		return NX_CLI_FAIL;
 	}
 	env_of(c, &env);
 	nx_volume_lock(c->vol);
@@ -481,7 +588,9 @@ int nx_cmd_receive(int argc, char **argv)
 {
 	const char *args[2] = { NULL, NULL }, *file = NULL;
 	int n, force = 0, resume = 0, abort = 0, token = 0, verbose = 0;
-	int json = 0, rc, fd = 0, i, ops;
+	int json = 0, rc, fd = 0, i, ops, flags;
+	char *first = NULL;
+	size_t flen = 0;
 	struct nx_cli_opt opts[] = {
 		{ "-F|--force", &force, 1 },
 		{ "--resume", &resume, 1 },
@@ -531,22 +640,34 @@ int nx_cmd_receive(int argc, char **argv)
 			return NX_CLI_USAGE;
 		}
 	}
+	flags = (force ? NX_RECV_FORCE : 0) | (resume ? NX_RECV_RESUME : 0);
+	catch_signals();
+	if (!abort && !token &&
+	    read_first(fd, file ? file : "standard input", &first, &flen)) {
+		rc = NX_CLI_FAIL;
+		goto out;
+	}
+	if (!abort && !token && !nx_cli_is_dir(args[0]) &&
+	    precheck(args[0], flags, first, flen)) {
+		rc = NX_CLI_FAIL;
+		goto out;
+	}
 	if (rcv_open(&c, args[0])) {
 		rcv_close(&c);
-		if (fd > 0)
-			close(fd);
-		return NX_CLI_FAIL;
+		rc = NX_CLI_FAIL;
+		goto out;
 	}
 	if (abort || token)
 		rc = pending_op(&c, abort, json);
-	else if (rcv_begin(&c, (force ? NX_RECV_FORCE : 0) |
-			   (resume ? NX_RECV_RESUME : 0)))
+	else if (rcv_begin(&c, flags))
 		rc = NX_CLI_FAIL;
 	else
 		rc = do_receive(&c, fd, file ? file : "standard input", json,
-				verbose);
+				verbose, first, flen);
 	if (rcv_close(&c) && rc == NX_CLI_OK)
 		rc = NX_CLI_FAIL;
+out:
+	free(first);
 	if (fd > 0)
 		close(fd);
 	return rc;

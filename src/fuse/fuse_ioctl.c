@@ -3,7 +3,8 @@
  * (chattr/lsattr through FS_IOC_GETFLAGS/SETFLAGS and the fileattr pair
  * FS_IOC_FSGETXATTR/FSSETXATTR), the generation number, and nextfs's own
  * (nxioctl.h): the real mtime, the inode numbering of a tree, the
- * snapshot list and the volume's superblock.  Like every operation, each
+ * snapshot list and the volume's superblock (the receive ioctls are
+ * recv_ioctl.c's).  Like every operation, each
  * runs under the volume lock and replies after it is dropped
  * (NX_IOC_GET_OPSTATS needs no lock: the counters are atomic).
  */
@@ -319,6 +320,8 @@ void nx_fuse_ioctl(fuse_req_t req, fuse_ino_t nodeid, unsigned int cmd,
 		reply_opstats(req, out_bufsz);
 		return;
 	}
+	if (nx_fuse_recv_ioctl(req, nodeid, cmd, in_buf, in_bufsz, out_bufsz))
+		return;			/* recv_ioctl.c: "nextfs receive" */
 	get_cred(req, &cred);
 	nx_volume_lock(fs->vol);
 	switch (cmd) {

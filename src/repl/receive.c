@@ -189,7 +189,7 @@ errcode_t nx_recv_open(struct nx_volume *vol, int flags,
 	int rc;
 
 	*ret = NULL;
-	if (nx_volume_rdonly(vol)) {
+	if (nx_volume_rdonly(vol) && !(flags & NX_RECV_CHECK)) {
 		nx_set_msg(msg, msglen, "the target is read-only");
 		return EROFS;
 	}
@@ -495,7 +495,7 @@ static errcode_t start(struct nx_recv *r, const struct nx_ss_cmd *cmd)
 		return nx_repl_fail(r, NX_FAULT_VOLUME, err, "listing the "
 				    "target's snapshots: %s", error_message(err));
 	err = check_first(r, cmd, list, n, &parent, &lf);
-	if (err)
+	if (err || (r->flags & NX_RECV_CHECK))
 		goto out;
 	snprintf(r->st.name, sizeof(r->st.name), "%s", r->cur.name);
 	r->state = RS_APPLYING;		/* from here on, errors roll back */
@@ -527,7 +527,10 @@ static errcode_t start(struct nx_recv *r, const struct nx_ss_cmd *cmd)
 	r->cur.index = cmd->index + 1;
 	r->cur.offset = r->dec.offset;
 	r->cur.hash = r->dec.hash;
+	/* Committed at once: from here on the receive is pending. */
 	err = write_cursor(r);
+	if (!err)
+		err = nx_volume_sync(r->vol);
 	if (err)
 		err = nx_repl_fail(r, nx_errno(err) == ENOSPC ? NX_FAULT_SPACE :
 				   NX_FAULT_VOLUME, err, "writing the receive "
@@ -561,6 +564,8 @@ static errcode_t first_command(struct nx_recv *r, const struct nx_ss_cmd *cmd)
 				    r->cur.name, r->cur.index);
 	if (r->pending && (r->flags & NX_RECV_RESUME))
 		return check_resumed(r, cmd, incr);
+	if (r->pending && (r->flags & NX_RECV_CHECK))
+		return 0;		/* -F will give the pending one up */
 	memset(&c, 0, sizeof(c));
 	nx_ss_str(cmd, NX_SS_A_PATH, c.name, sizeof(c.name));
 	memcpy(c.uuid, nx_ss_uuid(cmd, NX_SS_A_UUID), NX_SS_UUID_LEN);
@@ -642,6 +647,7 @@ static int failed(struct nx_recv *r, errcode_t err)
 		/* Nothing of this run applied: nothing changed. */
 		r->state = RS_FAILED;
 		r->st.resumable = r->pending;
+		r->st.refused = 1;
 		return (int)err;
 	}
 	r->state = RS_FAILED;
@@ -777,9 +783,15 @@ static int handle(struct nx_recv *r, const struct nx_ss_cmd *cmd,
 
 	if (cmd->index == 0 && cmd->type != NX_SS_C_RESUME) {
 		err = first_command(r, cmd);
-		if (!err && r->pending)
+		if (err)
+			return failed(r, err);
+		if (r->flags & NX_RECV_CHECK) {
+			r->state = RS_FAILED;	/* (over: only close it) */
+			return NX_RECV_CHECKED;
+		}
+		if (r->pending)
 			r->state = RS_OPEN;	/* positioned first, then apply */
-		return err ? failed(r, err) : 0;
+		return 0;
 	}
 	if (r->pending && !r->positioned) {
 		err = reposition(r, cmd, hash_before);
@@ -878,6 +890,9 @@ int nx_recv_feed(struct nx_recv *r, const void *buf, size_t len)
 		if (!r->dec.version) {
 			rc = nx_ss_decode_header(&r->dec, r->buf, r->len,
 						 &used);
+			if (rc && rc != NX_SS_MORE)
+				rc = failed(r, nx_repl_fail(r, NX_FAULT_STREAM,
+						rc, "%s", r->dec.msg));
 		} else {
 			hash_before = r->dec.hash;
 			rc = nx_ss_decode_cmd(&r->dec, r->buf + pos,
@@ -892,6 +907,8 @@ int nx_recv_feed(struct nx_recv *r, const void *buf, size_t len)
 			rc = 0;
 			break;
 		}
+		if (rc == NX_RECV_CHECKED)
+			break;
 		if (rc == 0 || rc == NX_RECV_DONE)
 			pos += used;
 		if (rc == NX_RECV_DONE && pos < r->len)
@@ -990,7 +1007,8 @@ void nx_recv_status(const struct nx_recv *r, struct nx_volume *vol,
 			    NX_IOC_RECV_RUNNING;
 		st->flags = (s->resumable ? NX_IOC_RECV_RESUMABLE : 0) |
 			    (s->rolled_back ? NX_IOC_RECV_ROLLED_BACK : 0) |
-			    (s->incremental ? NX_IOC_RECV_INCREMENTAL : 0);
+			    (s->incremental ? NX_IOC_RECV_INCREMENTAL : 0) |
+			    (s->refused ? NX_IOC_RECV_REFUSED : 0);
 		st->commands = s->commands;
 		st->bytes = s->bytes;
 		st->data_bytes = s->data_bytes;

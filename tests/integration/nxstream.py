@@ -80,6 +80,15 @@ def command(cmd, attrs, version=1, crc=None):
     return struct.pack('<IHI', len(payload), cmd, crc) + payload
 
 
+def command_raw(cmd, payload, crc=None):
+    """A command with PAYLOAD as it is (attributes that lie about their
+    lengths, ...) and, unless CRC, a correct checksum."""
+    hdr = struct.pack('<IHI', len(payload), cmd, 0)
+    if crc is None:
+        crc = crc32c_raw(hdr + payload, 0)
+    return struct.pack('<IHI', len(payload), cmd, crc) + payload
+
+
 class Stream:
     """A stream being written: s.add(...) commands, s.data the bytes."""
 
@@ -499,12 +508,13 @@ def mutate(root, seed, steps=40):
                 raise
 
 
-def manifest(root, root_mtime=True):
+def manifest(root, root_mtime=True, times=True):
     """tree_state() of ROOT (.snapshots and lost+found left out), as two
     file systems can agree on it: without directories' link counts (btrfs
     keeps them at 1) and, unless ROOT_MTIME, without the root's mtime (a
-    snapshot directory shows its take time)."""
-    man = nx.tree_state(root, skip_top=('lost+found', '.snapshots'))
+    snapshot directory shows its take time); TIMES False: no mtimes."""
+    man = nx.tree_state(root, times=times,
+                        skip_top=('lost+found', '.snapshots'))
     for rel, rec in man.items():
         if rel != '//links':
             rec.pop('nlink', None)
