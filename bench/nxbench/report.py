@@ -5,6 +5,7 @@ import json
 import statistics
 import textwrap
 
+from . import replbench
 from .workloads import WORKLOADS
 
 MIB = 1 << 20
@@ -366,6 +367,7 @@ def print_tables(res, out):
     _print_aged(res, out)
     _print_snapshots(res, out)
     _print_snapdir(res, out)
+    replbench.print_table(res, out, _fmt)
 
 
 def _print_aged(res, out):
