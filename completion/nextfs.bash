@@ -107,6 +107,7 @@ _nextfs_arg_kinds()
 	export)			echo image snap out ;;
 	diff)			echo target snap snap ;;
 	restore)		echo image snap ;;
+	receive)		echo target target ;;	# (-f FILE, TARGET)
 	version)		echo ;;
 	umount)			echo dir ;;
 	*)			echo target target target ;;

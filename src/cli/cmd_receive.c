@@ -33,9 +33,10 @@
 static void receive_usage(FILE *out)
 {
 	fprintf(out,
-		"usage: nextfs receive [-F] [--resume] [-f FILE] [-v] [--json] TARGET\n"
+		"usage: nextfs receive [-F|--force] [--resume] [-f FILE] [-v] [--json]\n"
+		"                      TARGET\n"
 		"       nextfs receive --abort TARGET\n"
-		"       nextfs receive --token [--json] TARGET\n"
+		"       nextfs receive --token TARGET\n"
 		"\n"
 		"Apply a send stream (btrfs send stream format: from 'nextfs send'\n"
 		"or 'btrfs send') read from standard input or FILE to TARGET, an\n"
@@ -53,6 +54,7 @@ static void receive_usage(FILE *out)
 		"  --abort       give up an interrupted receive: the live tree goes\n"
 		"                back to where it started\n"
 		"  --token       print the resume token of an interrupted receive\n"
+		"                (with --json: where it stopped, as JSON)\n"
 		"  -f FILE       read the stream from FILE instead of standard input\n"
 		"  -v            say what was received\n"
 		"  --json        report as JSON on standard output\n"

@@ -94,7 +94,7 @@ class CompletionTest(nx.NxTestCase):
     def test_subcommands(self):
         cmds = self.nx('')
         for c in ('snapshot', 'check', 'export', 'diff', 'restore', 'info',
-                  'version', 'umount'):
+                  'version', 'umount', 'receive'):
             self.assertIn(c, cmds)
         self.assertEqual(self.nx('sn'), ['snapshot'])
         self.assertEqual(self.nx('--v'), ['--version'])
@@ -119,6 +119,9 @@ class CompletionTest(nx.NxTestCase):
                          {'-r', '--destroy-newer', '-v', '--help'})
         self.assertEqual(set(self.nx('export', '-')),
                          {'-f', '--force', '--help'})
+        self.assertEqual(set(self.nx('receive', '-')),
+                         {'-F', '--force', '--resume', '-f', '-v', '--json',
+                          '--abort', '--token', '--help'})
         self.assertEqual(set(self.nx('versions', '-')),
                          {'--json', '--restore', '--to', '--help'})
         # snapshot run MNT -- COMMAND ARGS: a command, then files
