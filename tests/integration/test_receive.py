@@ -381,6 +381,15 @@ class ReceiveTest(nx.NxTestCase):
         after, inos2 = self.state(img)
         self.assertTreesEqual(before, after, 'after the hostile streams')
         self.assertEqual(inos, inos2)
+        # through a mount: the daemon rolls back and the kernel forgets
+        # what it had cached of the changes (no remount in between)
+        with self.mounted(img, check=False) as m:
+            self.assertTreesEqual(before, ns.manifest(m.path))
+            rc, out, err = receive(m.path, data=self.incremental(
+                lambda s: s.write('d', 0, b'x')))
+            self.assertEqual(rc, 1, err)
+            self.assertIn('back at snapshot', err)
+            self.assertTreesEqual(before, ns.manifest(m.path), 'mounted')
         # the live tree is unchanged since base: a good one needs no -F
         self.ok(receive(img, data=self.incremental(lambda s: s.end())))
         self.assertEqual(snapshots(img), ['base', 'next'])
@@ -420,17 +429,30 @@ class ReceiveTest(nx.NxTestCase):
         self.assertEqual(rc, 1)
         self.assertIn("changed since snapshot 'base' (M /d)", err)
         self.assertEqual(nx.sha256_file(img), h)
-        # a pending receive: a new one refuses, --abort gives it up
+        # a pending receive: a new one refuses, --abort gives it up (on
+        # the mount: the daemon's); -F through the mount rolls back the
+        # change made since base and receives
         data = self.incremental(lambda s: s.end())
         self.assertEqual(receive(img, '-F', data=data[:-12])[0], 3)
         rc, out, err = receive(img, data=data)
         self.assertIn('is pending', err)
-        self.ok(receive(img, '--abort'))
-        self.assertEqual(receive(img, '--token')[0], 1)
-        self.ok(receive(img, '-F', data=data), '-F')
         with self.mounted(img, check=False) as m:
+            self.ok(receive(m.path, '--abort'))
+            self.assertEqual(receive(m.path, '--token')[0], 1)
+            # (the cut -F receive had rolled d/changed back already)
             self.assertFalse(os.path.exists(m.p('d', 'changed')))
+            nx.write_file(m.p('d', 'again'), b'x')
+            os.unlink(m.p('b'))
+            # the kernel caches d/c (empty) and the names: the daemon
+            # must make it forget what the receive changes
+            self.assertEqual(nx.read_file(m.p('d', 'c')), b'')
+            self.assertFalse(os.path.exists(m.p('new')))
+            self.ok(receive(m.path, '-F', data=data), '-F')
+            self.assertEqual(nx.read_file(m.p('d', 'c')), b'C' * 9000)
+            self.assertEqual(nx.read_file(m.p('new')), b'\0' * 10 + b'new')
+            self.assertFalse(os.path.exists(m.p('d', 'again')))
             self.assertFalse(os.path.exists(m.p('a')))
+            self.assertEqual(nx.read_file(m.p('d', 'b2')), b'B' * 100)
         self.assert_clean(img)
 
     # ------------------------------------------------------ users
