@@ -396,6 +396,8 @@ static errcode_t do_rename(struct nx_recv *r, const struct nx_ss_cmd *cmd)
 	if (err)
 		goto out;
 	if (to.ino && to.ino != from.ino) {
+		int empty = 1;
+
 		/* What it replaces must be what rename would replace... */
 		if (is_dir(&from.inode) != is_dir(&to.inode)) {
 			err = bad(r, cmd, NX_FAULT_STREAM, EISDIR, "'%s' -> "
@@ -403,6 +405,15 @@ static errcode_t do_rename(struct nx_recv *r, const struct nx_ss_cmd *cmd)
 				  from.path, to.path);
 			goto out;
 		}
+		if (is_dir(&to.inode))
+			err = nx_dir_is_empty(r->vol, to.ino, &empty);
+		if (!err && !empty)
+			err = bad(r, cmd, NX_FAULT_STREAM, ENOTEMPTY, "'%s' is "
+				  "not empty", to.path);
+		else if (err)
+			err = fs_failed(r, cmd, err, to.path);
+		if (err)
+			goto out;
 		/* ... and if it is the parent's, it waits. */
 		err = nx_repl_maybe_park(r, to.dir, to.name, to.ino, &to.inode,
 				 &parked);

@@ -361,6 +361,7 @@ class ReceiveTest(nx.NxTestCase):
             ('not there', lambda s: s.unlink('nope')),
             ('exists already', lambda s: s.mkfile('nd')),
             ('not empty', lambda s: s.rmdir('nd')),
+            ('not empty', lambda s: s.mkdir('e').rename('e', 'd')),
             ('hard link to a directory', lambda s: s.link('l', 'd')),
             ('unknown command type 200', lambda s: s.add(200)),
             ('checksum mismatch', lambda s: s.add(
