@@ -381,7 +381,7 @@ out:
 
 static errcode_t do_rename(struct nx_recv *r, const struct nx_ss_cmd *cmd)
 {
-	struct target from, to;
+	struct target from = { 0 }, to = { 0 };
 	int parked;
 	errcode_t err;
 
@@ -440,7 +440,7 @@ out:
 
 static errcode_t do_link(struct nx_recv *r, const struct nx_ss_cmd *cmd)
 {
-	struct target name, old;
+	struct target name = { 0 }, old = { 0 };
 	errcode_t err;
 
 	err = resolve(r, cmd, NX_SS_A_PATH, r->vol, &name);
@@ -637,10 +637,9 @@ static errcode_t do_clone(struct nx_recv *r, const struct nx_ss_cmd *cmd)
 	uint64_t len = nx_ss_u64(cmd, NX_SS_A_CLONE_LEN), ssize;
 	const unsigned char *from = nx_ss_uuid(cmd, NX_SS_A_CLONE_UUID);
 	struct nx_volume *svol;
-	struct target t, s;
+	struct target t = { 0 }, s = { 0 };
 	errcode_t err;
 
-	memset(&s, 0, sizeof(s));
 	if (!memcmp(from, r->cur.uuid, NX_SS_UUID_LEN))
 		svol = r->vol;			/* within what is received */
 	else if ((r->cur.flags & NX_CUR_INCREMENTAL) &&
