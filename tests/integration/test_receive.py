@@ -348,6 +348,7 @@ class ReceiveTest(nx.NxTestCase):
             ('an absolute path', lambda s: s.mkfile('/etc/x')),
             ("'..'", lambda s: s.mkfile('d/../../x')),
             ("'..'", lambda s: s.rename('d', '../escaped')),
+            ('an absolute path', lambda s: s.rename('/etc', 'x')),
             ('empty', lambda s: s.mkfile('d//x')),
             ('not a directory', lambda s: s.mkfile('sl/x')),
             ('nextfs', lambda s: s.mkdir('.snapshots/x')),
