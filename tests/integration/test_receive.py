@@ -460,9 +460,10 @@ class ReceiveTest(nx.NxTestCase):
     # ------------------------------------------------------ users
 
     def test_user_receives_into_own_image(self):
-        """No root needed offline: a user receives a btrfs stream (files
-        of other owners, device nodes) into an image of theirs; through a
-        root's mount, users who did not mount it may not receive."""
+        """No root needed: a user receives a btrfs stream (files of other
+        owners, device nodes) into an image of theirs, offline and through
+        their own mount; through root's mount, users who did not mount it
+        may not receive."""
         st = self.need_streams()
         uid = gid = nx.NOBODY_UID
         img, udir = self.make_user_image(uid, gid, '128M')
@@ -478,6 +479,13 @@ class ReceiveTest(nx.NxTestCase):
                                    stream=os.path.join(udir, 's2.stream'))
             self.assertEqual(rc, 1)
             self.assertIn('only root and the user who mounted', err)
+        # ... but into their own mount they do
+        with self.mounted(img, check=False, user=(uid, gid)) as m:
+            rc, out, err = receive(m.path, user=(uid, gid),
+                                   stream=os.path.join(udir, 's2.stream'))
+            self.assertEqual(rc, 0, err)
+        with self.mounted(img, check=False) as m:
+            self.assert_received(m, ('s1', 's2'), 's2')
         self.assert_clean(img)
 
 
