@@ -388,11 +388,12 @@ static errcode_t check_first(struct nx_recv *r, const struct nx_ss_cmd *cmd,
 			return nx_repl_fail(r, NX_FAULT_STREAM, EEXIST, "a "
 					    "snapshot named '%s' exists on the "
 					    "target already", c->name);
-	i = find_identity(r, list, n, c->uuid, NULL);
+	/* (the newest only: looking at each would open every view) */
+	i = n ? find_identity(r, list + n - 1, 1, c->uuid, NULL) : -1;
 	if (i >= 0)
 		return nx_repl_fail(r, NX_FAULT_STREAM, EEXIST, "the stream's "
 				    "snapshot (%s) was received already, as "
-				    "'%s'", ustr, list[i].name);
+				    "'%s'", ustr, list[n - 1].name);
 	if (!(c->flags & NX_CUR_INCREMENTAL)) {
 		if (n && !force)
 			return nx_repl_fail(r, NX_FAULT_STREAM, EEXIST, "a full "
@@ -411,7 +412,13 @@ static errcode_t check_first(struct nx_recv *r, const struct nx_ss_cmd *cmd,
 					    "empties it first)", line);
 		return 0;
 	}
-	*parent = find_identity(r, list, n, c->parent_uuid,
+	/*
+	 * The newest first: the parent must be it.  An older one is looked
+	 * for (to say so) only when it is not, a view opened per snapshot.
+	 */
+	*parent = n && find_identity(r, list + n - 1, 1, c->parent_uuid,
+				     &c->parent_ctransid) == 0 ? n - 1 :
+		  find_identity(r, list, n ? n - 1 : 0, c->parent_uuid,
 				&c->parent_ctransid);
 	if (*parent < 0)
 		return nx_repl_fail(r, NX_FAULT_STREAM, ENOENT, "the stream "
