@@ -68,11 +68,11 @@ class Streams:
             self.i2 = b.send('s2', os.path.join(work, 's2.stream'),
                              parent='s1')
             # the third in version 2 of the format where btrfs has it
-            v2 = '--proto' in nx.run(['btrfs', 'send', '--help'],
-                                     check=False).stdout
+            self.v2 = '--proto' in nx.run(['btrfs', 'send', '--help'],
+                                          check=False).stdout
             self.i3 = b.send('s3', os.path.join(work, 's3.stream'),
                              parent='s2',
-                             extra=['--proto', '2'] if v2 else [])
+                             extra=['--proto', '2'] if self.v2 else [])
             self.snap = {n: ns.manifest(b.p(n), root_mtime=False)
                          for n in ('s1', 's2', 's3')}
             self.live = {n: ns.manifest(b.p(n)) for n in ('s1', 's2', 's3')}
@@ -139,6 +139,7 @@ class ReceiveTest(nx.NxTestCase):
         self.assertEqual((rep['snapshot'], rep['parent']), ('s2', 's1'))
         self.assertTrue(rep['incremental'])
         self.assertEqual(snapshots(img), ['s1', 's2'])
+        self.assertEqual(nx.read_file(st.i3)[13], 2 if st.v2 else 1)
         with self.mounted(img, check=False) as m:
             os.listdir(m.path)      # the kernel caches some of it
             self.ok(receive(m.path, stream=st.i3), 'i3 into the mount')
