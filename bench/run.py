@@ -29,7 +29,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SRCROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
-from nxbench import agebench, mounts, replbench, report, snapbench, workloads  # noqa
+from nxbench import agebench, mounts, recvbench, report, snapbench, workloads  # noqa
 from nxbench.mounts import BenchError                       # noqa: E402
 
 MIB, GIB = 1 << 20, 1 << 30
@@ -76,7 +76,7 @@ def parse_args(argv):
                     help='comma-separated subset of the workloads')
     ap.add_argument('--no-snapshots', action='store_true',
                     help='skip the snapshot costs')
-    ap.add_argument('--no-replication', action='store_true',
+    ap.add_argument('--no-receive', action='store_true',
                     help='skip nextfs receive against cp -a')
     ap.add_argument('--no-aged', action='store_true',
                     help='skip the write on an aged volume')
@@ -292,7 +292,7 @@ def main(argv):
                         'fio': tool_version(['fio', '--version']),
                         'e2fsprogs': tool_version(['mke2fs', '-V'])}},
            'suite': {}, 'snapshot_costs': [], 'take_scaling': [],
-           'snapdir': [], 'aged': [], 'replication': []}
+           'snapdir': [], 'aged': [], 'receive': []}
     t_start = time.perf_counter()
     interrupted = None
     try:
@@ -348,10 +348,10 @@ def main(argv):
                 log('[rep %d/%d] nextfs ls -la .snapshots' % (rep + 1, reps))
                 res['snapdir'].append(snapbench.run_snapdir(
                     tracker, params, workdir, fuse_bin, cli, log))
-            if 'nextfs' in systems and not args.no_replication:
+            if 'nextfs' in systems and not args.no_receive:
                 log('[rep %d/%d] nextfs receive against cp -a' %
                     (rep + 1, reps))
-                res['replication'].append(replbench.run_receive(
+                res['receive'].append(recvbench.run_receive(
                     tracker, params, workdir, fuse_bin, cli, log))
         # a second sample of the device ceiling, at the other end of the
         # run (drift on the machine; the ceiling is the better of the two)

@@ -5,7 +5,7 @@ import json
 import statistics
 import textwrap
 
-from . import replbench
+from . import recvbench
 from .workloads import WORKLOADS
 
 MIB = 1 << 20
@@ -367,7 +367,7 @@ def print_tables(res, out):
     _print_aged(res, out)
     _print_snapshots(res, out)
     _print_snapdir(res, out)
-    replbench.print_table(res, out, _fmt)
+    recvbench.print_table(res, out, _fmt)
 
 
 def _print_aged(res, out):

@@ -1,4 +1,4 @@
-"""Replication costs (nextfs only): receive.
+"""Receive costs (nextfs only).
 
 "nextfs receive" of the benchmark's tree against "cp -a" of the same tree
 into a fresh mount (issue 26).  The stream is what "btrfs send" writes
@@ -148,7 +148,7 @@ def run_receive(tracker, params, workdir, fuse_bin, cli, log):
 
 def print_table(res, out, fmt):
     """The receive lines of the report (FMT: the report's number format)."""
-    runs = res.get('replication') or []
+    runs = res.get('receive') or []
     if not runs:
         return
     out.write('\nnextfs receive vs cp -a of the same tree (btrfs send '
