@@ -50,7 +50,7 @@ static void receive_usage(FILE *out)
 		"                the parent (incremental) first; give up a pending\n"
 		"                receive of another stream\n"
 		"  --resume      continue an interrupted receive: with the same stream\n"
-		"                again, or one from 'nextfs send --resume TOKEN'\n"
+		"                again, or one from 'nextfs send ... --resume TOKEN'\n"
 		"  --abort       give up an interrupted receive: the live tree goes\n"
 		"                back to where it started\n"
 		"  --token       print the resume token of an interrupted receive\n"
@@ -326,8 +326,8 @@ static void say_pending(const struct rcv *c,
 {
 	nx_cli_error("the receive of '%s' stopped before command %" PRIu64
 		     " (stream offset %" PRIu64 "): 'nextfs receive --resume %s'"
-		     " with the same stream continues it, or 'nextfs send "
-		     "--resume TOKEN ...' with the token '%s'; 'nextfs receive "
+		     " with the same stream continues it, or 'nextfs send ... "
+		     "--resume TOKEN' with the token '%s'; 'nextfs receive "
 		     "--abort %s' gives it up", st->name, st->next_index,
 		     st->next_offset, c->target, st->token, c->target);
 }
