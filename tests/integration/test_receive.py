@@ -237,8 +237,8 @@ class ReceiveTest(nx.NxTestCase):
         return p.returncode, err.decode(errors='replace')
 
     def big_stream(self):
-        """A crafted full stream of 40 MiB of data between two sets of
-        small files: a receive killed after 24 MiB has committed (every
+        """A crafted full stream of 24 MiB of data between two sets of
+        small files: a receive killed after 18 MiB has committed (every
         16 MiB of stream) a cursor in the middle."""
         s = ns.Stream()
         s.subvol('big', bytes([9] * 16)).mkdir('a').mkdir('b')
@@ -246,7 +246,7 @@ class ReceiveTest(nx.NxTestCase):
             s.mkfile('a/%d' % i).write('a/%d' % i, 0, b'%d' % i)
         s.mkfile('huge')
         chunk = nx.pattern(49152, 7)
-        for off in range(0, 40 << 20, len(chunk)):
+        for off in range(0, 24 << 20, len(chunk)):
             s.write('huge', off, chunk)
         for i in range(100):
             s.mkfile('b/%d' % i).rename('b/%d' % i, 'b/r%d' % i)
@@ -263,11 +263,11 @@ class ReceiveTest(nx.NxTestCase):
         ref = self.make_image('128M', name='ref.img')
         self.ok(receive(ref, data=big), 'uninterrupted')
         img = self.make_image('128M')
-        rc, err = self.feed_and_kill(img, big, signal.SIGKILL, 24 << 20)
+        rc, err = self.feed_and_kill(img, big, signal.SIGKILL, 18 << 20)
         self.assertEqual(rc, -signal.SIGKILL)
         t = ns.decode_token(self.ok(receive(img, '--token')).strip())
         self.assertGreater(t['offset'], 8 << 20)    # committed mid-way
-        rc, err = self.feed_and_kill(img, big, signal.SIGINT, 36 << 20,
+        rc, err = self.feed_and_kill(img, big, signal.SIGINT, 22 << 20,
                                      ['--resume'])
         self.assertEqual(rc, 3, err)
         self.assertIn('stopped by signal', err)
