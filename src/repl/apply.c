@@ -522,10 +522,18 @@ static errcode_t do_xattr(struct nx_recv *r, const struct nx_ss_cmd *cmd)
 			  "name longer than %d bytes", t.path, NX_NAME_MAX);
 		goto out;
 	}
+	/*
+	 * btrfs's properties have no place here; nextfs's own records of
+	 * the sending volume (a sender reading the image raw may pass them
+	 * on) are that volume's bookkeeping, never this one's: a stream
+	 * cannot set them (and the fs layer would refuse them).
+	 */
 	if (btrfs_property(name)) {
 		r->st.ignored_xattrs++;
 		goto out;
 	}
+	if (!strncmp(name, NX_XATTR_PRIVATE, strlen(NX_XATTR_PRIVATE)))
+		goto out;
 	if (cmd->type == NX_SS_C_SET_XATTR)
 		err = nx_setxattr(r->vol, &r->cred, t.ino, name,
 				  cmd->attr[NX_SS_A_XATTR_DATA].data,

@@ -291,10 +291,9 @@ static errcode_t live_changed_since(struct nx_recv *r, const char *name,
 	return 0;
 }
 
-/* The snapshot whose identity is UUID (and CTRANSID, if not NULL), or -1. */
+/* The snapshot of LIST (N of them) whose identity is UUID, or -1. */
 static int find_identity(struct nx_recv *r, const struct nx_snapinfo *list,
-			 int n, const unsigned char *uuid,
-			 const uint64_t *ctransid)
+			 int n, const unsigned char *uuid)
 {
 	unsigned char u[NX_SS_UUID_LEN];
 	uint64_t ct;
@@ -302,8 +301,7 @@ static int find_identity(struct nx_recv *r, const struct nx_snapinfo *list,
 
 	for (i = n - 1; i >= 0; i--)
 		if (!nx_snap_identity(r->vol, &list[i], u, &ct) &&
-		    !memcmp(u, uuid, NX_SS_UUID_LEN) &&
-		    (!ctransid || ct == *ctransid))
+		    !memcmp(u, uuid, NX_SS_UUID_LEN))
 			return i;
 	return -1;
 }
@@ -389,7 +387,7 @@ static errcode_t check_first(struct nx_recv *r, const struct nx_ss_cmd *cmd,
 					    "snapshot named '%s' exists on the "
 					    "target already", c->name);
 	/* (the newest only: looking at each would open every view) */
-	i = n ? find_identity(r, list + n - 1, 1, c->uuid, NULL) : -1;
+	i = n ? find_identity(r, list + n - 1, 1, c->uuid) : -1;
 	if (i >= 0)
 		return nx_repl_fail(r, NX_FAULT_STREAM, EEXIST, "the stream's "
 				    "snapshot (%s) was received already, as "
@@ -413,13 +411,13 @@ static errcode_t check_first(struct nx_recv *r, const struct nx_ss_cmd *cmd,
 		return 0;
 	}
 	/*
+	 * By UUID (the ctransid is the sender's business, as for btrfs).
 	 * The newest first: the parent must be it.  An older one is looked
 	 * for (to say so) only when it is not, a view opened per snapshot.
 	 */
-	*parent = n && find_identity(r, list + n - 1, 1, c->parent_uuid,
-				     &c->parent_ctransid) == 0 ? n - 1 :
-		  find_identity(r, list, n ? n - 1 : 0, c->parent_uuid,
-				&c->parent_ctransid);
+	*parent = n && find_identity(r, list + n - 1, 1,
+				     c->parent_uuid) == 0 ? n - 1 :
+		  find_identity(r, list, n ? n - 1 : 0, c->parent_uuid);
 	if (*parent < 0)
 		return nx_repl_fail(r, NX_FAULT_STREAM, ENOENT, "the stream "
 				    "is incremental from %s, which the target "

@@ -398,9 +398,19 @@ class ReceiveTest(nx.NxTestCase):
             self.assertEqual(rc, 1, err)
             self.assertIn('back at snapshot', err)
             self.assertTreesEqual(before, ns.manifest(m.path), 'mounted')
-        # the live tree is unchanged since base: a good one needs no -F
-        self.ok(receive(img, data=self.incremental(lambda s: s.end())))
+        # the live tree is unchanged since base: a good one needs no -F;
+        # nextfs's records of the sender's volume in it change nothing
+        # here (a sender reading an image raw passes them on)
+        forged = ns.Stream()
+        forged.snapshot('next', self.UB, self.UA)
+        forged.set_xattr('', 'system.nextfs.received', b'\7' * 32)
+        forged.set_xattr('', 'system.nextfs.recv', b'\7' * 200).end()
+        self.ok(receive(img, data=bytes(forged.data)))
         self.assertEqual(snapshots(img), ['base', 'next'])
+        self.assertEqual(receive(img, '--token')[0], 1)   # no cursor
+        s = ns.Stream()         # next is known by its true identity
+        s.snapshot('after', bytes([0xcc] * 16), self.UB).end()
+        self.ok(receive(img, data=bytes(s.data)))
         self.assert_clean(img)
 
     def test_refusals_write_nothing(self):
