@@ -989,17 +989,25 @@ static void nx_op_read(fuse_req_t req, fuse_ino_t nodeid, size_t size,
 		goto out;
 	}
 	nx_volume_unlock_sharing(fs->vol);
-	if (rd.n && reply_read_spliced(req, buf, got, &rd) == 0) {
-		nx_file_read_drop(&rd);
-		goto out;
+	nx_fuse_reply_planned(req, buf, got, &rd);
+out:
+	free(buf);
+}
+
+void nx_fuse_reply_planned(fuse_req_t req, char *buf, size_t got,
+			   struct nx_file_rd *rd)
+{
+	errcode_t err;
+
+	if (rd->n && reply_read_spliced(req, buf, got, rd) == 0) {
+		nx_file_read_drop(rd);
+		return;
 	}
-	err = nx_file_read_end(&rd);
+	err = nx_file_read_end(rd);
 	if (err)
 		reply_err(req, err);
 	else
 		fuse_reply_buf(req, buf, got);
-out:
-	free(buf);
 }
 
 static void nx_op_write(fuse_req_t req, fuse_ino_t nodeid, const char *buf,
