@@ -190,12 +190,13 @@ struct nx_update_result {
  * HOW: NX_WRITE_FILE (blocks that become zeros or free are punched out:
  * the file ends byte for byte as a fresh export of NEW) or
  * NX_WRITE_DEVICE (free blocks are left as they are).  Crash safety: the
- * superblock is first marked "being updated from OLD to NEW" (not clean,
- * s_snapshot_id NEW's) and made durable; NEW's superblock is written
- * last, after everything else is durable.  Interrupted, FD is in state
- * NX_OUT_HALF, which any mount or e2fsck sees as not clean, and running
- * the same update again completes it: it writes NEW's content only, so
- * what an interrupted run wrote is never wrong.
+ * superblock is first marked "being updated from OLD to NEW" (state "not
+ * clean, with errors", s_snapshot_id NEW's) and made durable; NEW's
+ * superblock is written last, after everything else is durable.
+ * Interrupted (a crash, a full disk), FD is in state NX_OUT_HALF, which
+ * e2fsck checks and the kernel warns about, and running the same update
+ * again completes it: it writes NEW's content only, so what an
+ * interrupted run wrote is never wrong.
  */
 errcode_t nx_imgsrc_update(struct nx_imgsrc *old, struct nx_imgsrc *new,
 			   nx_imgsrc_changes_fn changes, void *priv, int fd,

@@ -963,6 +963,11 @@ static errcode_t file_next_data(struct nx_imgsrc *src, blk64_t blk,
 		return errno;
 	*start = (blk64_t)d / src->bs;
 	*end = ((blk64_t)h + src->bs - 1) / src->bs;
+	/* A file system that answers nonsense still gets read through. */
+	if (*start < blk)
+		*start = blk;
+	if (*end <= *start)
+		*end = *start + 1;
 	if (*end > src->nblocks)
 		*end = src->nblocks;
 	if (*start > *end)

@@ -199,27 +199,29 @@ static void sb_csum_set(struct ext2_super_block *sb)
 
 /*
  * The superblock of an export of OLD while it is being turned into one
- * of NEW_ID: not clean (every mount and e2fsck sees that), and the stamp
- * already NEW's.
+ * of NEW_ID: "not clean, with errors" (e2fsck checks it even without -f,
+ * the kernel warns when mounting it), and the stamp already NEW's.
  */
+#define HALF_STATE_BITS	(EXT2_VALID_FS | EXT2_ERROR_FS)
+
 static void half_super(const struct ext2_super_block *old, uint32_t new_id,
 		       struct ext2_super_block *out)
 {
 	*out = *old;
-	out->s_state &= ~EXT2_VALID_FS;
+	out->s_state = (out->s_state & ~EXT2_VALID_FS) | EXT2_ERROR_FS;
 	out->s_snapshot_id = new_id;
 	sb_csum_set(out);
 }
 
-/* Equal but for the stamp and the clean flag (and so the checksum)? */
+/* Equal but for the stamp and the state (and so the checksum)? */
 static int same_but_stamp(const struct ext2_super_block *a,
 			  const struct ext2_super_block *b)
 {
 	struct ext2_super_block x = *a, y = *b;
 
 	x.s_snapshot_id = y.s_snapshot_id = 0;
-	x.s_state &= ~EXT2_VALID_FS;
-	y.s_state &= ~EXT2_VALID_FS;
+	x.s_state &= ~HALF_STATE_BITS;
+	y.s_state &= ~HALF_STATE_BITS;
 	x.s_checksum = y.s_checksum = 0;
 	return !memcmp(&x, &y, sizeof(x));
 }
@@ -282,7 +284,8 @@ errcode_t nx_imgsrc_out_state(struct nx_imgsrc *old, struct nx_imgsrc *new,
 		*state = NX_OUT_OLD;
 	else if (!memcmp(&out, &half, sizeof(out)))
 		*state = NX_OUT_HALF;
-	else if (!(out.s_state & EXT2_VALID_FS) && same_but_stamp(&out, &so))
+	else if ((out.s_state & HALF_STATE_BITS) == EXT2_ERROR_FS &&
+		 same_but_stamp(&out, &so))
 		*state = NX_OUT_HALF_OTHER;
 	else if (out.s_snapshot_id != so.s_snapshot_id)
 		*state = NX_OUT_OTHER;
