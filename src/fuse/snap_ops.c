@@ -216,7 +216,7 @@ static void leave_view(void)
  * with write permission: the kernel (default_permissions) then lets the
  * members mkdir and rmdir in it, as may_manage_snapshots() does.
  */
-void nx_fuse_snapdir_stat(struct nx_fuse *live, struct stat *st)
+static void snapdir_stat(struct nx_fuse *live, struct stat *st)
 {
 	struct nx_snapinfo newest;
 	int n;
@@ -242,6 +242,11 @@ void nx_fuse_snapdir_stat(struct nx_fuse *live, struct stat *st)
 	st->st_ctim = st->st_mtim;
 }
 
+void nx_fuse_snapdir_stat(struct nx_fuse *live, struct stat *st)
+{
+	snapdir_stat(live, st);
+}
+
 static void reply_snapdir_entry(fuse_req_t req)
 {
 	struct fuse_entry_param e;
@@ -249,7 +254,7 @@ static void reply_snapdir_entry(fuse_req_t req)
 	memset(&e, 0, sizeof(e));
 	e.ino = NX_SNAPDIR_NODEID;
 	e.generation = 1;
-	nx_fuse_snapdir_stat(live_fs(req), &e.attr);
+	snapdir_stat(live_fs(req), &e.attr);
 	/*
 	 * Cached like any attributes: every path through .snapshots would
 	 * ask for them again otherwise (ls -la of 1024 snapshots: 3000
@@ -325,9 +330,9 @@ void nx_fuse_snapdir_changed(struct nx_fuse *live, const char *gone)
  * Who takes and deletes snapshots (docs/security.md): root (after
  * -o fakeroot's mapping), the owner of the volume's root directory, and
  * with -o snapshot_group the members of that group.  The kernel checks
- * the same through the mode .snapshots shows (nx_fuse_snapdir_stat); the
- * daemon checks again, so that no other way in (another mount option, a
- * kernel without default_permissions) can skip it.
+ * the same through the mode .snapshots shows (snapdir_stat); the daemon
+ * checks again, so that no other way in (another mount option, a kernel
+ * without default_permissions) can skip it.
  */
 static errcode_t may_manage_snapshots(fuse_req_t req)
 {
@@ -624,7 +629,7 @@ static void s_getattr(fuse_req_t req, fuse_ino_t nodeid,
 	struct stat st;
 
 	DISPATCH(req, nodeid,
-		 (nx_fuse_snapdir_stat(live_fs(req), &st),
+		 (snapdir_stat(live_fs(req), &st),
 		  fuse_reply_attr(req, &st, live_fs(req)->timeout)),
 		 nx_fuse_ops.getattr(req, nodeid, fi));
 }
