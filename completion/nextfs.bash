@@ -102,9 +102,10 @@ _nextfs_arg_kinds()
 	"snapshot list")	echo target ;;
 	"snapshot prune")	echo target ;;
 	"snapshot run")		echo target cmd rest ;;
+	"snapshot image")	echo target snap ;;
 	versions)		echo target ;;
 	check|info)		echo image ;;
-	export)			echo image snap out ;;
+	export)			echo target snap out ;;
 	diff)			echo target snap snap ;;
 	restore)		echo image snap ;;
 	version)		echo ;;
@@ -145,8 +146,8 @@ _nextfs()
 			fi
 		elif ((!ddash)) && [[ $w == -- ]]; then
 			ddash=1
-		elif ((!ddash)) && [[ $w == --keep ]]; then
-			((i++))		# its SPEC is no positional argument
+		elif ((!ddash)) && [[ $w == --keep || $w == --since ]]; then
+			((i++))		# its value is no positional argument
 		elif ((!ddash)) && [[ $cmd == versions ]] &&
 			[[ $w == --restore || $w == --to ]]; then
 			((i++))		# its value
@@ -157,8 +158,8 @@ _nextfs()
 	if [[ $cmd == snapshot ]]; then
 		if ((${#args[@]} == 0)); then
 			[[ $cur == -* ]] ||
-				COMPREPLY=($(compgen -W 'take delete list prune run' \
-					-- "$cur"))
+				COMPREPLY=($(compgen -W 'take delete list prune run
+					image' -- "$cur"))
 			[[ $cur == -* ]] &&
 				COMPREPLY=($(compgen -W '--help' -- "$cur"))
 			return
@@ -171,6 +172,12 @@ _nextfs()
 		COMPREPLY=($(compgen -W 'last= hourly= daily= weekly= monthly=
 			yearly=' -- "$cur"))
 		compopt -o nospace 2>/dev/null
+		return
+	fi
+	# export SOURCE --since OLD: a snapshot of SOURCE, once it is there
+	if ((!ddash)) && [[ $cmd == export ]] &&
+		[[ ${COMP_WORDS[COMP_CWORD - 1]} == --since ]]; then
+		((${#args[@]})) && _nextfs_complete_names "${args[0]}" "$cur"
 		return
 	fi
 	# versions PATH --restore NAME --to DEST: the snapshots of PATH's mount
