@@ -135,6 +135,11 @@ def loop_manifest(image_file, work):
 
 class ImageViewTest(nx.NxTestCase):
 
+    def setUp(self):
+        super().setUp()
+        if nx.backend() != 'nextfs':
+            self.skipTest('nextfs snapshot images')
+
     def sparse_copy(self, m, name, tag):
         """cp --sparse=always of NAME's image; checks that it went by
         SEEK_DATA/SEEK_HOLE and stayed within the image's st_blocks."""
