@@ -670,10 +670,8 @@ static void i_forget_multi(fuse_req_t req, size_t count,
 					       sizeof(*rest));
 	size_t i, n = 0;
 
-	if (!rest) {		/* the inner ones: one by one */
-		for (i = 0; i < count; i++)
-			if (!ours(forgets[i].ino))
-				inner->forget_multi(req, 1, &forgets[i]);
+	if (!rest) {		/* references kept until unmount: harmless */
+		fuse_reply_none(req);
 		return;
 	}
 	for (i = 0; i < count; i++)
