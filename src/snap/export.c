@@ -403,6 +403,7 @@ void nx_imgsrc_close(struct nx_imgsrc *src)
 		nx_snap_view_close(src->view);
 	free(src);
 }
+
 /* ------------------------------------------------------------------ */
 /* Turning a snapshot view into a standalone image.                    */
 
