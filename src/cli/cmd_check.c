@@ -34,7 +34,7 @@
 #include "nextfs/snaptool.h"
 #include "cli.h"
 #include "output.h"
-#include "safepath.h"
+#include "nextfs/safepath.h"
 
 #define CHECK_CLEAN	0
 #define CHECK_FIXED	1

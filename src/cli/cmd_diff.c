@@ -34,7 +34,7 @@
 #include "nextfs/snaptool.h"
 #include "cli.h"
 #include "output.h"
-#include "safepath.h"
+#include "nextfs/safepath.h"
 
 int nx_cli_open_image(const char *image, struct nx_volume **vol)
 {

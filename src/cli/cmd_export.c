@@ -18,7 +18,7 @@
 #include "nextfs/devname.h"
 #include "nextfs/snaptool.h"
 #include "cli.h"
-#include "safepath.h"
+#include "nextfs/safepath.h"
 
 static void export_usage(FILE *out)
 {

@@ -43,7 +43,7 @@
 #include <sys/wait.h>
 #include "nextfs/holder.h"
 #include "cli.h"
-#include "safepath.h"
+#include "nextfs/safepath.h"
 
 #define UMOUNT_DAEMON_FAILED	3
 

@@ -49,7 +49,7 @@
 #include "nextfs/snapshot.h"
 #include "cli.h"
 #include "output.h"
-#include "safepath.h"
+#include "nextfs/safepath.h"
 
 /* One place the file is found: a snapshot (snap >= 0) or the live tree. */
 struct occ {

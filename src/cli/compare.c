@@ -13,7 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "cli.h"
-#include "safepath.h"
+#include "nextfs/safepath.h"
 
 #define CHUNK	65536
 

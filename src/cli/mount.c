@@ -17,7 +17,7 @@
 #include "nextfs/nxioctl.h"
 #include "nextfs/snapshot.h"
 #include "cli.h"
-#include "safepath.h"
+#include "nextfs/safepath.h"
 
 int nx_cli_is_dir(const char *path)
 {

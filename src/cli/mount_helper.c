@@ -16,7 +16,7 @@
  * For a "user" fstab line mount(8) runs the helper as the calling user,
  * without privileges: nextfs-fuse then mounts with fusermount3, as when
  * that user runs it.  The daemon is the nextfs-fuse next to this program
- * (/proc/self/exe), so a build tree's helper starts the build's daemon.
+ * (/proc/self/exe), or in a build tree the build's (daemon_path).
  *
  * After a mount we record "helper=nextfs" for it in libmount's utab
  * (/run/mount/utab, as root; skipped with -n), under the source and
@@ -91,21 +91,29 @@ static void filter_options(const char *opts, char *out)
 	}
 }
 
-/* The nextfs-fuse installed beside this program, else PATH's. */
+/*
+ * The nextfs-fuse installed beside this program, else the one of the
+ * build tree this program belongs to (src/cli/nextfs: src/fuse/nextfs-fuse),
+ * else PATH's.
+ */
 static void daemon_path(char *out, size_t len)
 {
-	char self[PATH_MAX], *slash;
+	static const char *const where[] = { "nextfs-fuse",
+					     "../fuse/nextfs-fuse" };
+	char self[PATH_MAX], *slash = NULL;
 	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	size_t i;
 
 	if (n > 0) {
 		self[n] = 0;
 		slash = strrchr(self, '/');
-		if (slash) {
-			*slash = 0;
-			if (snprintf(out, len, "%s/nextfs-fuse", self) <
+	}
+	if (slash) {
+		*slash = 0;
+		for (i = 0; i < sizeof(where) / sizeof(where[0]); i++)
+			if (snprintf(out, len, "%s/%s", self, where[i]) <
 			    (int)len && access(out, X_OK) == 0)
 				return;
-		}
 	}
 	snprintf(out, len, "nextfs-fuse");
 }

@@ -8,7 +8,7 @@
 #include "nextfs/devname.h"
 #include "cli.h"
 #include "output.h"
-#include "safepath.h"
+#include "nextfs/safepath.h"
 
 void nx_cli_error(const char *fmt, ...)
 {

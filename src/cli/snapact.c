@@ -12,7 +12,7 @@
 #include <unistd.h>
 #include "nextfs/snapshot.h"
 #include "cli.h"
-#include "safepath.h"
+#include "nextfs/safepath.h"
 
 /*
  * Dirty pages of files mapped with mmap (written, not msync'ed) are still

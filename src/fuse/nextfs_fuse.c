@@ -34,7 +34,7 @@
 #include "nextfs/crc32c.h"
 #include "nextfs/devname.h"
 #include "nextfs/retention.h"
-#include "safepath.h"
+#include "nextfs/safepath.h"
 
 #define PROG "nextfs-fuse"
 

@@ -1,5 +1,7 @@
 /*
- * safepath.h - acting on paths that other users control (CLI layer).
+ * safepath.h - acting on paths that other users control.  Layer: fuse/
+ * (nextfs-fuse resolves its image and mountpoint here), used by cli/ too;
+ * it calls nothing of nextfs (devname.h calls it, as its resolver).
  *
  * The nextfs tool is often run by root on paths below directories other
  * users own (a mount with allow_other that several users share).  Turning
@@ -46,8 +48,8 @@
  *   being opened, EMEDIUMTYPE not on a FUSE mount (NX_SP_FUSE).  They
  *   print nothing; nx_sp_why() words an errno for a message.
  */
-#ifndef NEXTFS_CLI_SAFEPATH_H
-#define NEXTFS_CLI_SAFEPATH_H
+#ifndef NEXTFS_SAFEPATH_H
+#define NEXTFS_SAFEPATH_H
 
 #include <stddef.h>
 #include <stdint.h>

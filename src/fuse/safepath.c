@@ -23,7 +23,7 @@
 #include <sys/syscall.h>
 #include <sys/xattr.h>
 #include <linux/openat2.h>
-#include "safepath.h"
+#include "nextfs/safepath.h"
 
 #define MAX_LINKS	40	/* as the kernel: ELOOP after 40 links */
 
