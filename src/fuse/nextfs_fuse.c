@@ -523,6 +523,7 @@ int main(int argc, char *argv[])
 	cfg.device = device;
 	cfg.mountpoint = mountpoint;
 	cfg.mount_name = mount_name;
+	cfg.mount_fd = mount_fd;
 	cfg.rdonly = c.rdonly;
 	cfg.foreground = c.foreground;
 	cfg.singlethread = c.singlethread;

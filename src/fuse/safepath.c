@@ -49,8 +49,8 @@ static void unescape_mountinfo(char *s)
 }
 
 /*
- * Fields of a mountinfo line: 1 the mount id, 3 MAJ:MIN, 5 the
- * mountpoint; after the " - " separator the type and the source.
+ * Fields of a mountinfo line: 1 the mount id, 2 its parent's, 3 MAJ:MIN,
+ * 5 the mountpoint; after the " - " separator the type and the source.
  */
 static int parse_mountinfo(char *line, struct nx_sp_mntent *e)
 {
@@ -69,6 +69,8 @@ static int parse_mountinfo(char *line, struct nx_sp_mntent *e)
 			}
 		} else if (field == 1) {
 			ok = sscanf(tok, "%" SCNu64, &e->id) == 1;
+		} else if (field == 2) {
+			ok &= sscanf(tok, "%" SCNu64, &e->parent) == 1;
 		} else if (field == 3) {
 			ok &= sscanf(tok, "%u:%u", &e->major, &e->minor) == 2;
 		} else if (field == 5) {
@@ -178,6 +180,53 @@ int nx_sp_mount_id(int fd, uint64_t *mnt_id)
 		return 0;
 	}
 	return fdinfo_mount_id(fd, mnt_id);	/* kernels before 5.8 */
+}
+
+struct over {
+	uint64_t parent;		/* the mount below */
+	const char *path;		/* where the directory is */
+	unsigned major, minor;
+	char *type;
+	size_t len;
+	int found;
+};
+
+static int match_over(void *priv, const struct nx_sp_mntent *e)
+{
+	struct over *o = priv;
+
+	if (e->parent == o->parent && !strcmp(e->mnt, o->path)) {
+		o->major = e->major;
+		o->minor = e->minor;
+		snprintf(o->type, o->len, "%s", e->type);
+		o->found = 1;
+	}
+	return 0;		/* go on: the last one listed is the topmost */
+}
+
+int nx_sp_mount_over(int dirfd, unsigned *major, unsigned *minor,
+		     char *type, size_t len)
+{
+	struct over o = { .type = type, .len = len };
+	char *path;
+	int rc = -1;
+
+	if (nx_sp_mount_id(dirfd, &o.parent))
+		return -1;
+	path = nx_sp_fd_path(dirfd);
+	if (!path)
+		return -1;
+	o.path = path;
+	if (nx_sp_mountinfo_each(match_over, &o) == 0) {
+		if (o.found)
+			rc = 0;
+		else
+			errno = ENOENT;
+	}
+	*major = o.major;
+	*minor = o.minor;
+	free(path);
+	return rc;
 }
 
 int nx_sp_on_mount(int fd, uint64_t mnt_id)
