@@ -1,7 +1,8 @@
 /*
  * safepath.h - acting on paths that other users control.  Layer: fuse/
  * (nextfs-fuse resolves its image and mountpoint here), used by cli/ too;
- * it calls nothing of nextfs (devname.h calls it, as its resolver).
+ * it calls nothing of nextfs but nx_grow() (devname.h calls it, as its
+ * resolver).
  *
  * The nextfs tool is often run by root on paths below directories other
  * users own (a mount with allow_other that several users share).  Turning

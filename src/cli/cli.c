@@ -1,6 +1,6 @@
 /*
  * cli.c - what every command of the nextfs tool uses: its messages,
- * sizes, and the volume an argument names (an
+ * sizes, writing a buffer whole, and the volume an argument names (an
  * image, a device, or the mountpoint of a nextfs-fuse that serves one).
  */
 #include <errno.h>
@@ -49,6 +49,28 @@ void nx_cli_human_size(uint64_t bytes, char *buf, size_t len)
 		snprintf(buf, len, "%llu B", (unsigned long long)bytes);
 	else
 		snprintf(buf, len, "%.1f %s", v, units[u]);
+}
+
+int nx_cli_pwrite_all(int fd, const void *buf, size_t len, off_t off)
+{
+	const char *p = buf;
+	ssize_t n;
+
+	while (len) {
+		n = pwrite(fd, p, len, off);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -1;
+		if (n == 0) {
+			errno = EIO;	/* nothing written, no reason given */
+			return -1;
+		}
+		p += n;
+		len -= (size_t)n;
+		off += n;
+	}
+	return 0;
 }
 
 /* ------------------------------------------------------------------ */

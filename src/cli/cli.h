@@ -7,7 +7,7 @@
  * handler is in a file of its own, cmd_NAME.c, which depends on the
  * shared modules declared here, never on another command.  The shared
  * modules:
- *   cli.c      messages, sizes, and the volume an argument names
+ *   cli.c      messages, sizes, writing, and the volume an argument names
  *   cmdline.c  reading command lines by the table: parsing, help, usage
  *   mount.c    asking a running nextfs-fuse through its mountpoint
  *   snapact.c  taking and deleting snapshots on a target
@@ -39,6 +39,9 @@
 void nx_cli_error(const char *fmt, ...)
 	__attribute__((format(printf, 1, 2)));
 void nx_cli_human_size(uint64_t bytes, char *buf, size_t len);
+/* All LEN bytes of BUF to FD at OFF (a short write goes on): 0, or -1
+ * with errno. */
+int nx_cli_pwrite_all(int fd, const void *buf, size_t len, off_t off);
 
 /*
  * Resolve the image or device IMAGE once, under the rules of safepath.h

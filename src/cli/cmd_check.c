@@ -31,6 +31,7 @@
 #include <fuse_lowlevel.h>
 #include <et/com_err.h>
 #include "nextfs/devname.h"
+#include "nextfs/grow.h"
 #include "nextfs/snaptool.h"
 #include "cli.h"
 #include "output.h"
@@ -304,14 +305,9 @@ static int run_e2fsck_mode(const char *mode, const char *path, char **out)
 	for (;;) {
 		ssize_t n;
 
-		if (len + 4096 > cap) {
-			char *more = realloc(*out, cap + 65536);
-
-			if (!more)
-				break;
-			*out = more;
-			cap += 65536;
-		}
+		/* room for 4 KiB at least, and the NUL */
+		if (nx_grow((void **)out, &cap, len + 4096, 1, 65536))
+			break;
 		n = read(pfd[0], *out + len, cap - len - 1);
 		if (n < 0 && errno == EINTR)
 			continue;
@@ -431,7 +427,7 @@ static int write_primary_sb(const char *image, struct ext2_super_block *sb)
 	if (ext2fs_has_feature_metadata_csum(sb))
 		sb->s_checksum = ext2fs_crc32c_le(~0U, (unsigned char *)sb,
 				offsetof(struct ext2_super_block, s_checksum));
-	if (pwrite(fd, sb, sizeof(*sb), SUPERBLOCK_OFFSET) == sizeof(*sb) &&
+	if (nx_cli_pwrite_all(fd, sb, sizeof(*sb), SUPERBLOCK_OFFSET) == 0 &&
 	    fsync(fd) == 0)
 		rc = 0;
 	close(fd);

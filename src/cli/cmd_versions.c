@@ -384,20 +384,13 @@ static int copy_data(int in, int fd, off_t size)
 				hole = size;
 		}
 		for (pos = data; pos < hole;) {
-			ssize_t n = pread(in, buf, sizeof(buf), pos), w;
+			ssize_t n = pread(in, buf, sizeof(buf), pos);
 
-			if (n < 0)
+			if (n < 0 || (n && nx_cli_pwrite_all(fd, buf, (size_t)n,
+							     pos)))
 				return -1;
 			if (n == 0)
 				break;
-			for (w = 0; w < n;) {
-				ssize_t k = pwrite(fd, buf + w, n - w,
-						   pos + w);
-
-				if (k < 0)
-					return -1;
-				w += k;
-			}
 			pos += n;
 		}
 		if (pos < hole)

@@ -11,6 +11,7 @@
 #include <sys/ioctl.h>
 #include <ext2fs/ext2fs.h>
 #include <et/com_err.h>
+#include "nextfs/grow.h"
 #include "nextfs/nxioctl.h"
 #include "nextfs/safepath.h"
 #include "nextfs/snapshot.h"
@@ -73,17 +74,10 @@ int nx_cli_mount_snapshots(const char *mnt, struct nx_snapinfo **list,
 			rc = NX_CLI_FAIL;
 			break;
 		}
-		if (n == cap) {
-			struct nx_snapinfo *more;
-
-			cap = cap ? 2 * cap : 64;
-			more = realloc(v, cap * sizeof(*v));
-			if (!more) {
-				nx_cli_error("out of memory");
-				rc = NX_CLI_FAIL;
-				break;
-			}
-			v = more;
+		if (nx_grow((void **)&v, &cap, n, sizeof(*v), 64)) {
+			nx_cli_error("out of memory");
+			rc = NX_CLI_FAIL;
+			break;
 		}
 		memset(&v[n], 0, sizeof(v[n]));
 		v[n].id = q.id;

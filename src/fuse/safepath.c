@@ -23,6 +23,7 @@
 #include <sys/syscall.h>
 #include <sys/xattr.h>
 #include <linux/openat2.h>
+#include "nextfs/grow.h"
 #include "nextfs/safepath.h"
 
 #define MAX_LINKS	40	/* as the kernel: ELOOP after 40 links */
@@ -584,18 +585,17 @@ int nx_sp_lstat(int dirfd, const char *rel, struct stat *st)
 
 char *nx_sp_readlink(int dirfd, const char *name, size_t *len)
 {
-	size_t size = 256;
-	char *buf = NULL, *more;
+	size_t size = 0;
+	char *buf = NULL;
 	ssize_t n;
 
 	for (;;) {
-		more = realloc(buf, size);
-		if (!more) {
+		/* the first time 256 bytes, then twice as many */
+		if (nx_grow((void **)&buf, &size, size, 1, 256)) {
 			free(buf);
 			errno = ENOMEM;
 			return NULL;
 		}
-		buf = more;
 		n = readlinkat(dirfd, name, buf, size);
 		if (n < 0) {
 			free(buf);
@@ -603,7 +603,6 @@ char *nx_sp_readlink(int dirfd, const char *name, size_t *len)
 		}
 		if ((size_t)n < size)
 			break;
-		size *= 2;
 	}
 	buf[n] = 0;
 	if (len)
@@ -655,16 +654,9 @@ static int push_step(struct walker *w, const char *name, int fd)
 	uint64_t id;
 	int e;
 
-	if (w->n == w->cap) {
-		size_t cap = w->cap ? 2 * w->cap : 16;
-		struct step *more = realloc(w->s, cap * sizeof(*more));
-
-		if (!more) {
-			errno = ENOMEM;
-			goto fail;
-		}
-		w->s = more;
-		w->cap = cap;
+	if (nx_grow((void **)&w->s, &w->cap, w->n, sizeof(*w->s), 16)) {
+		errno = ENOMEM;
+		goto fail;
 	}
 	if (fstat(fd, &st) < 0 || nx_sp_mount_id(fd, &id))
 		goto fail;
