@@ -32,10 +32,10 @@
 #include <et/com_err.h>
 #include "nextfs/devname.h"
 #include "nextfs/grow.h"
+#include "nextfs/safepath.h"
 #include "nextfs/snaptool.h"
 #include "cli.h"
 #include "output.h"
-#include "nextfs/safepath.h"
 
 #define CHECK_CLEAN	0
 #define CHECK_FIXED	1

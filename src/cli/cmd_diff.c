@@ -31,10 +31,10 @@
 #include <linux/fs.h>
 #include <et/com_err.h>
 #include "nextfs/nxioctl.h"
+#include "nextfs/safepath.h"
 #include "nextfs/snaptool.h"
 #include "cli.h"
 #include "output.h"
-#include "nextfs/safepath.h"
 
 static char type_char(mode_t type)
 {

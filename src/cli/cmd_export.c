@@ -16,9 +16,9 @@
 #include <sys/stat.h>
 #include <et/com_err.h>
 #include "nextfs/devname.h"
+#include "nextfs/safepath.h"
 #include "nextfs/snaptool.h"
 #include "cli.h"
-#include "nextfs/safepath.h"
 
 static int same_file(const char *a, const char *b)
 {

@@ -42,8 +42,8 @@
 #include <sys/vfs.h>
 #include <sys/wait.h>
 #include "nextfs/holder.h"
-#include "cli.h"
 #include "nextfs/safepath.h"
+#include "cli.h"
 
 #define UMOUNT_DAEMON_FAILED	3
 

@@ -46,10 +46,10 @@
 #include <sys/xattr.h>
 #include <sys/ioctl.h>
 #include "nextfs/nxioctl.h"
+#include "nextfs/safepath.h"
 #include "nextfs/snapshot.h"
 #include "cli.h"
 #include "output.h"
-#include "nextfs/safepath.h"
 
 /* One place the file is found: a snapshot (snap >= 0) or the live tree. */
 struct occ {
