@@ -295,12 +295,19 @@ class BlockDeviceTest(nx.NxTestCase):
             with open(knob % suffix) as f:
                 return int(f.read())
 
-        with open(knob % '', 'w') as f:
-            f.write('256\n')     # not the kernel's default, nor ours
-        with self.mounted(dev) as m:
-            self.assertEqual(self.fstype(m.path), 'fuseblk.nextfs')
-            self.assertEqual(knob_value('-fuseblk'), 4096)
-            self.assertEqual(knob_value(), 256)
+        def set_knob(value):
+            with open(knob % '', 'w') as f:
+                f.write('%d\n' % value)
+
+        was = knob_value()
+        set_knob(256)           # not the kernel's default, nor ours
+        try:
+            with self.mounted(dev) as m:
+                self.assertEqual(self.fstype(m.path), 'fuseblk.nextfs')
+                self.assertEqual(knob_value('-fuseblk'), 4096)
+                self.assertEqual(knob_value(), 256)
+        finally:
+            set_knob(was)
 
     def test_busy_readonly_and_short_devices(self):
         img = self.make_image('64M')
