@@ -217,7 +217,7 @@ static int diff_mount(const char *mnt, const char *old, const char *new,
 		root[s] = open_side(p.mnt.path, p.mnt.fd, name);
 		if (root[s] < 0)
 			goto out;
-		if (name && snap_id_at(p.mnt.fd, name, &id[s], &pos[s]))
+		if (name && snap_id_at(root[s], name, &id[s], &pos[s]))
 			asked = -1;	/* not a daemon that says */
 	}
 	if (!asked && pos[0] > pos[1]) {
@@ -225,7 +225,7 @@ static int diff_mount(const char *mnt, const char *old, const char *new,
 			     "older one first", old, new);
 		goto out;
 	}
-	if (!asked && !nx_cli_daemon_delta(p.mnt.fd, id[0], id[1], 0,
+	if (!asked && !nx_cli_daemon_delta(root[0], id[0], id[1], 0,
 					   &delta))
 		asked = 1;
 	else if (!asked && errno != EPERM && errno != ENOTTY) {
