@@ -46,6 +46,7 @@ struct nx_delta_attr {
 	uint32_t uid, gid;
 	uint32_t nlink;
 	uint32_t gen;			/* tells a reused inode number */
+	uint32_t gen_unknown;		/* the source could not read gen */
 	uint32_t flags;			/* user-visible inode flags */
 	uint64_t size;
 	uint64_t rdev;			/* devices: makedev() form */

@@ -64,28 +64,15 @@ static void get_inomap(int fd, struct nx_ioc_inomap *map)
 	}
 }
 
-static void stat_to_attr(const struct stat *st, unsigned gen,
-			 struct nx_delta_attr *a)
-{
-	memset(a, 0, sizeof(*a));
-	a->mode = st->st_mode;
-	a->uid = st->st_uid;
-	a->gid = st->st_gid;
-	a->nlink = (uint32_t)st->st_nlink;
-	a->gen = gen;
-	a->size = (uint64_t)st->st_size;
-	a->rdev = st->st_rdev;
-	a->atime = st->st_atim;
-	a->mtime = st->st_mtim;
-	a->ctime = st->st_ctim;
-}
-
 /*
- * The inode generation of NAME in DIR (tells a reused inode number).
- * Only files and directories are opened: opening a device node would
- * reach its driver.
+ * The inode generation of NAME in DIR (tells a reused inode number), or
+ * NX_NO_GEN if it cannot be read (a file the caller may not open).  Only
+ * files and directories are opened: opening a device node would reach
+ * its driver; the others count as 0.
  */
-static unsigned generation_at(int dir, const char *name,
+#define NX_NO_GEN	((uint64_t)1 << 32)
+
+static uint64_t generation_at(int dir, const char *name,
 			      const struct stat *st)
 {
 	unsigned gen = 0;
@@ -96,12 +83,32 @@ static unsigned generation_at(int dir, const char *name,
 	fd = openat(dir, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK |
 		    O_CLOEXEC);
 	if (fd < 0)
-		return 0;
-	if (ioctl(fd, FS_IOC_GETVERSION, &gen) < 0)
-		gen = 0;
+		return NX_NO_GEN;
+	if (ioctl(fd, FS_IOC_GETVERSION, &gen) < 0) {
+		close(fd);
+		return NX_NO_GEN;
+	}
 	close(fd);
 	return gen;
 }
+
+static void stat_to_attr(const struct stat *st, uint64_t gen,
+			 struct nx_delta_attr *a)
+{
+	memset(a, 0, sizeof(*a));
+	a->mode = st->st_mode;
+	a->uid = st->st_uid;
+	a->gid = st->st_gid;
+	a->nlink = (uint32_t)st->st_nlink;
+	a->gen = (uint32_t)gen;
+	a->gen_unknown = gen == NX_NO_GEN;
+	a->size = (uint64_t)st->st_size;
+	a->rdev = st->st_rdev;
+	a->atime = st->st_atim;
+	a->mtime = st->st_mtim;
+	a->ctime = st->st_ctim;
+}
+
 
 
 /*
@@ -160,7 +167,7 @@ static int add_sub(struct mframe *f, const char *name, ino_t st_ino)
 
 /* Remember the entry at REL (stat ST) in the directory PARENT. */
 static int remember(struct mwsrc *md, int s, const char *rel,
-		    ext2_ino_t parent, const struct stat *st, unsigned gen)
+		    ext2_ino_t parent, const struct stat *st, uint64_t gen)
 {
 	struct nx_delta_attr a;
 	errcode_t err;

@@ -127,7 +127,9 @@ static size_t count_only(const struct nx_delta_inode *d, int s,
 
 static int same_file(const struct nx_delta_attr *a)
 {
-	return a[0].mode && a[1].mode && a[0].gen == a[1].gen &&
+	return a[0].mode && a[1].mode &&
+	       (a[0].gen == a[1].gen || a[0].gen_unknown ||
+		a[1].gen_unknown) &&
 	       (a[0].mode & S_IFMT) == (a[1].mode & S_IFMT);
 }
 
@@ -435,6 +437,7 @@ static void put_attr(struct wbuf *b, const struct nx_delta_attr *a)
 	put32(b, a->gid);
 	put32(b, a->nlink);
 	put32(b, a->gen);
+	put32(b, a->gen_unknown);
 	put32(b, a->flags);
 	put64(b, a->size);
 	put64(b, a->rdev);
@@ -533,6 +536,7 @@ static void get_attr(struct rbuf *b, struct nx_delta_attr *a)
 	a->gid = get32(b);
 	a->nlink = get32(b);
 	a->gen = get32(b);
+	a->gen_unknown = get32(b);
 	a->flags = get32(b);
 	a->size = get64(b);
 	a->rdev = get64(b);

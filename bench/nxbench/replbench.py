@@ -1,0 +1,115 @@
+"""What changed between snapshots (nextfs only): "nextfs diff" on the
+mountpoint (the daemon classifies with the block maps of its open views
+and hands the delta over) against the same diff of the unmounted image.
+
+The tree (FILES small files, 1000 per directory) is made on the host and
+put into a fresh image with mke2fs -d (creating it through FUSE would
+dominate the run); snapshot "a" is taken offline, 1% of the files are
+then changed through the mount (rewritten, renamed, created, removed),
+snapshot "b" is taken with mkdir, and both diffs are timed (median of
+REPS runs, warm: the question is the daemon's path, not the disk's).
+"""
+
+import os
+import shutil
+import statistics
+import subprocess
+import time
+
+from .mounts import BenchError
+from .workloads import Session
+
+MIB = 1 << 20
+
+
+def _make_tree(root, files):
+    per_dir = 1000
+    for i in range(files):
+        d = os.path.join(root, 'd%04d' % (i // per_dir))
+        if i % per_dir == 0:
+            os.makedirs(d)
+        with open(os.path.join(d, 'f%06d' % i), 'wb') as f:
+            f.write(b'%08d' % i * 16)
+
+
+def _run(argv, timeout, want_out=False):
+    t0 = time.perf_counter()
+    p = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       timeout=timeout)
+    t = time.perf_counter() - t0
+    if p.returncode != 0:
+        raise BenchError('%s failed: %s' % (' '.join(argv[:3]),
+                                            p.stderr.decode()[-400:]))
+    return (t, p.stdout) if want_out else t
+
+
+def _change(mnt, files, log):
+    """Change 1% of the files: a quarter rewritten, renamed, created and
+    removed each."""
+    n = max(4, files // 100)
+    step = max(1, files // n)
+    changed = 0
+    for k, i in enumerate(range(0, files, step)):
+        p = os.path.join(mnt, 'd%04d' % (i // 1000), 'f%06d' % i)
+        how = k % 4
+        if how == 0:
+            with open(p, 'r+b') as f:
+                f.write(b'changed!')
+        elif how == 1:
+            os.rename(p, p + '.renamed')
+        elif how == 2:
+            with open(p + '.new', 'wb') as f:
+                f.write(b'new file')
+        else:
+            os.unlink(p)
+        changed += 1
+    return changed
+
+
+def run_diff(tracker, params, workdir, fuse_bin, cli, log):
+    files = params['diff_files']
+    reps = params.get('diff_reps', 3)
+    timeout = params['timeout']
+    out = {'files': files}
+    tree = os.path.join(workdir, 'difftree')
+    image = os.path.join(workdir, 'diff.img')
+    shutil.rmtree(tree, ignore_errors=True)
+    t0 = time.perf_counter()
+    _make_tree(tree, files)
+    size_mib = max(256, files * 8 // 1024)
+    _run(['mke2fs', '-q', '-F', '-t', 'ext4', '-N', str(files + files // 4 +
+                                                     10000),
+          '-d', tree, image, '%dM' % size_mib], timeout)
+    shutil.rmtree(tree, ignore_errors=True)
+    out['make_seconds'] = time.perf_counter() - t0
+    _run([cli, 'snapshot', 'take', image, 'a'], timeout)
+    mnt = os.path.join(workdir, 'diffmnt')
+    os.makedirs(mnt, exist_ok=True)
+    s = Session(tracker, 'nextfs', image, mnt,
+                os.path.join(workdir, 'diff-nextfs.log'), fuse_bin, timeout)
+    s.mount()
+    try:
+        out['changed'] = _change(s.m.mnt, files, log)
+        os.mkdir(os.path.join(s.m.mnt, '.snapshots', 'b'))
+        mounted = []
+        for _ in range(reps):
+            t, text = _run([cli, 'diff', s.m.mnt, 'a', 'b'], timeout, True)
+            mounted.append(t)
+        out['lines'] = text.count(b'\n')
+        out['mounted_seconds'] = mounted
+    finally:
+        s.unmount()
+    offline = []
+    for _ in range(reps):
+        t, text2 = _run([cli, 'diff', image, 'a', 'b'], timeout, True)
+        offline.append(t)
+    out['offline_seconds'] = offline
+    out['same_output'] = text == text2
+    out['mounted'] = statistics.median(mounted)
+    out['offline'] = statistics.median(offline)
+    out['mounted_vs_offline'] = out['mounted'] / max(out['offline'], 1e-9)
+    log('diff of %d files, %d changed: mounted %.3f s, offline %.3f s '
+        '(%.2fx)' % (files, out['changed'], out['mounted'], out['offline'],
+                     out['mounted_vs_offline']))
+    os.unlink(image)
+    return out
