@@ -113,3 +113,12 @@ def run_diff(tracker, params, workdir, fuse_bin, cli, log):
                      out['mounted_vs_offline']))
     os.unlink(image)
     return out
+
+
+def run_repl(tracker, params, workdir, fuse_bin, cli, log):
+    """The diff (and send) numbers of one repetition, or the error."""
+    try:
+        return {'diff': run_diff(tracker, params, workdir, fuse_bin, cli,
+                                 log)}
+    except (BenchError, OSError, subprocess.SubprocessError) as e:
+        return {'error': str(e)}

@@ -123,7 +123,31 @@ def summarize(res):
     summ['snapshots'] = _summarize_snapshots(res)
     summ['snapdir'] = _summarize_snapdir(res)
     summ['aged'] = _summarize_aged(res)
+    summ['repl'] = _summarize_repl(res)
     return summ
+
+
+DIFF_MOUNTED_VS_OFFLINE_MAX = 2.0       # issue 26 point 5
+
+
+def _summarize_repl(res):
+    """Medians of the diff (and send) numbers over the repetitions."""
+    reps = [r for r in res.get('repl', []) if 'error' not in r]
+    if not reps:
+        return {}
+    d = [r['diff'] for r in reps if 'diff' in r]
+    out = {}
+    if d:
+        out['diff_files'] = d[0]['files']
+        out['diff_changed'] = d[0]['changed']
+        out['diff_mounted_seconds'] = median([x['mounted'] for x in d])
+        out['diff_offline_seconds'] = median([x['offline'] for x in d])
+        out['diff_mounted_vs_offline'] = _ratio(
+            out['diff_mounted_seconds'], out['diff_offline_seconds'])
+        out['diff_verdict'] = verdict(out['diff_mounted_vs_offline'],
+                                      maximum=DIFF_MOUNTED_VS_OFFLINE_MAX)
+        out['diff_same_output'] = all(x['same_output'] for x in d)
+    return out
 
 
 def _summarize_aged(res):
@@ -366,6 +390,28 @@ def print_tables(res, out):
     _print_aged(res, out)
     _print_snapshots(res, out)
     _print_snapdir(res, out)
+    _print_repl(res, out)
+
+
+def _print_repl(res, out):
+    s = res['summary'].get('repl') or {}
+    for r in res.get('repl', []):
+        if r.get('error'):
+            out.write('\ndiff/send: not available: %s\n' % r['error'])
+    if not s.get('diff_files'):
+        return
+    out.write('\nnextfs diff of two snapshots, %d files, %d changed '
+              '(target: mounted <= %gx offline)\n' % (
+                  s['diff_files'], s['diff_changed'],
+                  DIFF_MOUNTED_VS_OFFLINE_MAX))
+    out.write('  %-40s %13s\n' % ('on the mountpoint (the daemon\'s delta)',
+                                  _ms(s['diff_mounted_seconds'])))
+    out.write('  %-40s %13s\n' % ('on the unmounted image',
+                                  _ms(s['diff_offline_seconds'])))
+    out.write('  %-40s %13s  %s%s\n' % (
+        'mounted / offline', _fmt(s['diff_mounted_vs_offline']),
+        s['diff_verdict'], '' if s['diff_same_output'] else
+        '  (OUTPUTS DIFFER)'))
 
 
 def _print_aged(res, out):
