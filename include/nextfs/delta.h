@@ -16,7 +16,8 @@
  * - A source must remember (nx_delta_remember) at least every entry of a
  *   directory whose entries may have changed and every entry that names
  *   an inode that may have changed; more is harmless.  The root is
- *   remembered by the classifier itself (path "/", parent 0).
+ *   remembered by the classifier itself (path "/", parent 0), and is
+ *   always in the delta (what 0 when unchanged).
  * - For regular files the block-map source also gives the logical block
  *   ranges whose mapping differs (NX_DELTA_WANT_EXTENTS): an inode whose
  *   inode-table block reads the same in both trees is unchanged, and
@@ -89,7 +90,7 @@ struct nx_delta_inode {
 };
 
 struct nx_delta {
-	struct nx_delta_inode *v;	/* only inodes that changed */
+	struct nx_delta_inode *v;	/* inodes that changed, and the root */
 	size_t n, cap;
 	unsigned blocksize;		/* of the extents */
 };

@@ -50,6 +50,7 @@ int nx_cmd_versions(int argc, char **argv);	/* cmd_versions.c */
 int nx_cmd_check(int argc, char **argv);
 int nx_cmd_export(int argc, char **argv);
 int nx_cmd_diff(int argc, char **argv);
+int nx_cmd_send(int argc, char **argv);		/* cmd_send.c */
 int nx_cmd_restore(int argc, char **argv);
 int nx_cmd_info(int argc, char **argv);
 int nx_cmd_umount(int argc, char **argv);
@@ -148,6 +149,12 @@ int nx_cli_daemon_delta(int fd, uint32_t old_id, uint32_t new_id,
 			unsigned flags, struct nx_delta *delta);
 int nx_cli_walk_delta(int root0, int root1, uint64_t mnt_id,
 		      struct nx_delta *delta);
+/*
+ * The id and list position (0: the oldest) of snapshot NAME of the mount
+ * of the open directory FD (NX_IOC_SNAP_NEXT); -1 with errno if the
+ * mount does not say (ENOENT: no such snapshot).
+ */
+int nx_cli_snap_id(int fd, const char *name, uint32_t *id, int *pos);
 
 /*
  * snaplist.c - the snapshots of a target, as "snapshot list" and "info"

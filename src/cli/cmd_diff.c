@@ -127,30 +127,6 @@ static int diff_image(const char *image, const char *old, const char *new,
 /* ------------------------------------------------------------------ */
 /* Mountpoint mode.                                                    */
 
-/*
- * The id and list position of snapshot NAME of the mount at FD (asked of
- * the daemon, NX_IOC_SNAP_NEXT); -1 if the mount does not say.
- */
-static int snap_id_at(int fd, const char *name, uint32_t *id, int *pos)
-{
-	struct nx_ioc_snap q;
-	uint32_t after = 0;
-
-	for (*pos = 0;; (*pos)++) {
-		memset(&q, 0, sizeof(q));
-		q.after_id = after;
-		if (ioctl(fd, NX_IOC_SNAP_NEXT, &q) < 0 ||
-		    q.namelen >= sizeof(q.name))
-			return -1;
-		if (q.namelen == strlen(name) &&
-		    !memcmp(q.name, name, q.namelen)) {
-			*id = q.id;
-			return 0;
-		}
-		after = q.id;
-	}
-}
-
 static int print_delta(const struct nx_delta *delta, int show_type)
 {
 	errcode_t err = nx_delta_diff(delta, print_entry, &show_type);
@@ -217,7 +193,7 @@ static int diff_mount(const char *mnt, const char *old, const char *new,
 		root[s] = open_side(p.mnt.path, p.mnt.fd, name);
 		if (root[s] < 0)
 			goto out;
-		if (name && snap_id_at(root[s], name, &id[s], &pos[s]))
+		if (name && nx_cli_snap_id(root[s], name, &id[s], &pos[s]))
 			asked = -1;	/* not a daemon that says */
 	}
 	if (!asked && pos[0] > pos[1]) {

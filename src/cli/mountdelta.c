@@ -598,3 +598,23 @@ out:
 	free(buf);
 	return rc;
 }
+
+int nx_cli_snap_id(int fd, const char *name, uint32_t *id, int *pos)
+{
+	struct nx_ioc_snap q;
+	uint32_t after = 0;
+
+	for (*pos = 0;; (*pos)++) {
+		memset(&q, 0, sizeof(q));
+		q.after_id = after;
+		if (ioctl(fd, NX_IOC_SNAP_NEXT, &q) < 0 ||
+		    q.namelen >= sizeof(q.name))
+			return -1;
+		if (q.namelen == strlen(name) &&
+		    !memcmp(q.name, name, q.namelen)) {
+			*id = q.id;
+			return 0;
+		}
+		after = q.id;
+	}
+}

@@ -184,7 +184,8 @@ static errcode_t classify(struct nx_delta_work *w, struct rec *r,
 			d.what |= NX_DELTA_NAMES;
 		err = src->compare(src, &d, w->flags);
 	}
-	if (!err && d.what) {
+	/* The root always: a sender sets its times (orphans pass there). */
+	if (!err && (d.what || d.ino == EXT2_ROOT_INO)) {
 		err = add_inode(delta, &d);
 		if (!err)
 			return 0;
