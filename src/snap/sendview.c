@@ -94,12 +94,30 @@ static int add_xattr(char *name, char *value, size_t value_len, void *priv)
 	       XATTR_ABORT : 0;
 }
 
+/*
+ * The kernel shows the owner, owning group, mask and other entries of an
+ * ACL with the id ACL_UNDEFINED_ID (libext2fs: 0): the same bytes as a
+ * send through the mount.
+ */
+static void undefined_ids(unsigned char *acl, size_t len)
+{
+	size_t off;
+
+	for (off = 4; off + 8 <= len; off += 8) {
+		unsigned tag = acl[off] | (acl[off + 1] << 8);
+
+		if (tag == 0x01 || tag == 0x04 || tag == 0x10 || tag == 0x20)
+			memset(acl + off + 4, 0xff, 4);
+	}
+}
+
 static errcode_t view_xattrs(struct nx_send_reader *rd, int s, ext2_ino_t ino,
 			     const char *path, struct nx_send_xattrs *out)
 {
 	struct view_reader *vr = (struct view_reader *)rd;
 	struct ext2_xattr_handle *h;
 	errcode_t err;
+	size_t i;
 
 	err = ext2fs_xattrs_open(vr->view[s]->fs, ino, &h);
 	if (err)
@@ -107,6 +125,21 @@ static errcode_t view_xattrs(struct nx_send_reader *rd, int s, ext2_ino_t ino,
 	err = ext2fs_xattrs_read(h);
 	if (!err)
 		err = ext2fs_xattrs_iterate(h, add_xattr, out);
+	for (i = 0; i < out->n && !err; i++) {
+		void *v;
+		size_t len;
+
+		/* iterate gives ACLs as ext4 stores them; get converts */
+		if (strncmp(out->names[i], "system.posix_acl_", 17))
+			continue;
+		err = ext2fs_xattr_get(h, out->names[i], &v, &len);
+		if (err)
+			break;
+		free(out->values[i]);
+		out->values[i] = v;
+		out->lens[i] = len;
+		undefined_ids(v, len);
+	}
 	ext2fs_xattrs_close(&h);
 	return err;
 }
