@@ -41,11 +41,13 @@ MIB, GIB = 1 << 20, 1 << 30
 FULL = dict(image_size=4 * GIB, seq_size=GIB, rand_file=256 * MIB,
             rand_io=64 * MIB, creates=2000, tree_limit=None, reps=3,
             scaling_snaps=8, overwrite_pairs=2, snapdir_snaps=1024,
-            aged_write=GIB, diff_files=200000)
+            aged_write=GIB, diff_files=200000,
+            send_files=4000)
 QUICK = dict(image_size=GIB, seq_size=256 * MIB, rand_file=64 * MIB,
              rand_io=16 * MIB, creates=500, tree_limit=1500, reps=1,
              scaling_snaps=8, overwrite_pairs=5, snapdir_snaps=256,
-             aged_write=256 * MIB, diff_files=50000)
+             aged_write=256 * MIB, diff_files=50000,
+             send_files=1000)
 
 # workloads that need an earlier one's files
 NEEDS = {'seq_read': 'seq_write', 'rand_read': 'rand_write',
@@ -84,6 +86,9 @@ def parse_args(argv):
     ap.add_argument('--diff-files', type=int,
                     help='files in the diff tree (default 200000, '
                     '--quick 50000)')
+    ap.add_argument('--send-files', type=int,
+                    help='files (about 64 KiB each) in the send tree '
+                    '(default 4000, --quick 1000)')
     ap.add_argument('--no-aged', action='store_true',
                     help='skip the write on an aged volume')
     ap.add_argument('--pairs', type=int,
@@ -270,6 +275,8 @@ def main(argv):
         base['overwrite_pairs'] = args.pairs
     if args.diff_files:
         base['diff_files'] = args.diff_files
+    if args.send_files:
+        base['send_files'] = args.send_files
     wl = [w for w in args.workloads.split(',') if w]
     for w in list(wl):
         if w not in [x for x, _, _ in workloads.WORKLOADS]:
@@ -328,8 +335,8 @@ def main(argv):
         log('raw file on the work directory: %s' % raw[-1])
         for rep in range(reps):
             if 'nextfs' in systems and not args.no_repl:
-                log('[rep %d/%d] nextfs diff between snapshots, mounted and '
-                    'offline' % (rep + 1, reps))
+                log('[rep %d/%d] nextfs diff and send between snapshots' %
+                    (rep + 1, reps))
                 res['repl'].append(replbench.run_repl(
                     tracker, params, workdir, fuse_bin, cli, log))
             if args.repl_only:

@@ -11,6 +11,7 @@ REPS runs, warm: the question is the daemon's path, not the disk's).
 """
 
 import os
+import random
 import shutil
 import statistics
 import subprocess
@@ -115,10 +116,102 @@ def run_diff(tracker, params, workdir, fuse_bin, cli, log):
     return out
 
 
+def _make_data_tree(root, files, seed):
+    """FILES files of 4 KiB to 256 KiB (about 64 KiB each), 100 per
+    directory, with content that does not compress."""
+    rnd = random.Random(seed)
+    block = os.urandom(1 << 20)
+    total = 0
+    for i in range(files):
+        d = os.path.join(root, 'd%03d' % (i // 100))
+        if i % 100 == 0:
+            os.makedirs(d)
+        size = rnd.choice([4096, 16384, 65536, 131072, 262144])
+        off = rnd.randrange(len(block) - size)
+        with open(os.path.join(d, 'f%05d' % i), 'wb') as f:
+            f.write(block[off:off + size])
+        total += size
+    return total
+
+
+def _change_data(mnt, files, seed):
+    """Rewrite one 4 KiB block in 1% of the files (and add one file of
+    as much): what changed, in bytes."""
+    rnd = random.Random(seed)
+    n = max(1, files // 100)
+    changed = 0
+    for i in rnd.sample(range(files), n):
+        p = os.path.join(mnt, 'd%03d' % (i // 100), 'f%05d' % i)
+        with open(p, 'r+b') as f:
+            f.write(os.urandom(4096))
+        changed += 4096
+    return changed
+
+
+def run_send(tracker, params, workdir, fuse_bin, cli, log):
+    """Full send vs tar -c of the same snapshot through the mount;
+    incremental send of a 1% change vs the full send."""
+    files = params['send_files']
+    timeout = params['timeout']
+    out = {'files': files}
+    tree = os.path.join(workdir, 'sendtree')
+    image = os.path.join(workdir, 'send.img')
+    shutil.rmtree(tree, ignore_errors=True)
+    out['tree_bytes'] = _make_data_tree(tree, files, 1)
+    size_mib = max(256, out['tree_bytes'] * 2 // MIB + 64)
+    _run(['mke2fs', '-q', '-F', '-t', 'ext4', '-d', tree, image,
+          '%dM' % size_mib], timeout)
+    shutil.rmtree(tree, ignore_errors=True)
+    _run([cli, 'snapshot', 'take', image, 'a'], timeout)
+    mnt = os.path.join(workdir, 'sendmnt')
+    os.makedirs(mnt, exist_ok=True)
+    s = Session(tracker, 'nextfs', image, mnt,
+                os.path.join(workdir, 'send-nextfs.log'), fuse_bin, timeout)
+    s.mount()
+    try:
+        m = s.m.mnt
+        snap = os.path.join(m, '.snapshots', 'a')
+        s.remount()             # both read cold, from a fresh mount
+        m = s.m.mnt
+        out['tar_seconds'], tar = _run(['tar', '-C', snap, '-cf', '-', '.'],
+                                       timeout, True)
+        out['tar_bytes'] = len(tar)
+        del tar
+        s.remount()
+        m = s.m.mnt
+        out['full_seconds'], full = _run([cli, 'send', m, 'a'], timeout,
+                                         True)
+        out['full_bytes'] = len(full)
+        del full
+        out['changed_bytes'] = _change_data(m, files, 2)
+        os.mkdir(os.path.join(m, '.snapshots', 'b'))
+        out['inc_seconds'], inc = _run([cli, 'send', '-p', 'a', m, 'b'],
+                                       timeout, True)
+        out['inc_bytes'] = len(inc)
+    finally:
+        s.unmount()
+    os.unlink(image)
+    out['full_vs_tar'] = out['tar_seconds'] / max(out['full_seconds'], 1e-9)
+    out['inc_time_share'] = out['inc_seconds'] / max(out['full_seconds'],
+                                                    1e-9)
+    out['inc_size_vs_changed'] = out['inc_bytes'] / max(
+        out['changed_bytes'], 1)
+    log('send of %d files (%.0f MiB): full %.2f s (tar -c %.2f s, %.2fx), '
+        '1%% incremental %.3f s (%.1f%% of full), %d bytes for %d changed '
+        '(%.2fx)' % (files, out['tree_bytes'] / MIB, out['full_seconds'],
+                     out['tar_seconds'], out['full_vs_tar'],
+                     out['inc_seconds'], 100 * out['inc_time_share'],
+                     out['inc_bytes'], out['changed_bytes'],
+                     out['inc_size_vs_changed']))
+    return out
+
+
 def run_repl(tracker, params, workdir, fuse_bin, cli, log):
-    """The diff (and send) numbers of one repetition, or the error."""
+    """The diff and send numbers of one repetition, or the error."""
     try:
         return {'diff': run_diff(tracker, params, workdir, fuse_bin, cli,
+                                 log),
+                'send': run_send(tracker, params, workdir, fuse_bin, cli,
                                  log)}
     except (BenchError, OSError, subprocess.SubprocessError) as e:
         return {'error': str(e)}

@@ -128,6 +128,9 @@ def summarize(res):
 
 
 DIFF_MOUNTED_VS_OFFLINE_MAX = 2.0       # issue 26 point 5
+SEND_VS_TAR_MIN = 2.0                   # issue 26 point 4
+SEND_INC_TIME_MAX = 0.05
+SEND_INC_SIZE_MAX = 1.1
 
 
 def _summarize_repl(res):
@@ -147,6 +150,20 @@ def _summarize_repl(res):
         out['diff_verdict'] = verdict(out['diff_mounted_vs_offline'],
                                       maximum=DIFF_MOUNTED_VS_OFFLINE_MAX)
         out['diff_same_output'] = all(x['same_output'] for x in d)
+    sd = [r['send'] for r in reps if 'send' in r]
+    if sd:
+        for k in ('files', 'tree_bytes', 'changed_bytes'):
+            out['send_' + k] = sd[0][k]
+        for k in ('full_seconds', 'tar_seconds', 'inc_seconds',
+                  'full_bytes', 'inc_bytes', 'full_vs_tar',
+                  'inc_time_share', 'inc_size_vs_changed'):
+            out['send_' + k] = median([x[k] for x in sd])
+        out['send_full_verdict'] = verdict(out['send_full_vs_tar'],
+                                           minimum=SEND_VS_TAR_MIN)
+        out['send_inc_time_verdict'] = verdict(out['send_inc_time_share'],
+                                               maximum=SEND_INC_TIME_MAX)
+        out['send_inc_size_verdict'] = verdict(
+            out['send_inc_size_vs_changed'], maximum=SEND_INC_SIZE_MAX)
     return out
 
 
@@ -412,6 +429,26 @@ def _print_repl(res, out):
         'mounted / offline', _fmt(s['diff_mounted_vs_offline']),
         s['diff_verdict'], '' if s['diff_same_output'] else
         '  (OUTPUTS DIFFER)'))
+    if not s.get('send_files'):
+        return
+    out.write('\nnextfs send from the mountpoint, %d files (%s), 1%% '
+              'changed (%.0f KiB)\n' % (
+                  s['send_files'], _mib(s['send_tree_bytes'] / 1048576.0),
+                  s['send_changed_bytes'] / 1024.0))
+    out.write('  %-40s %13s\n' % ('tar -c of .snapshots/NAME',
+                                  _ms(s['send_tar_seconds'])))
+    out.write('  %-40s %13s  %sx tar (target >= %gx) %s\n' % (
+        'full send', _ms(s['send_full_seconds']),
+        _fmt(s['send_full_vs_tar']), SEND_VS_TAR_MIN,
+        s['send_full_verdict']))
+    out.write('  %-40s %13s  %.1f%% of full (target <= %g%%) %s\n' % (
+        'incremental send', _ms(s['send_inc_seconds']),
+        100 * s['send_inc_time_share'], 100 * SEND_INC_TIME_MAX,
+        s['send_inc_time_verdict']))
+    out.write('  %-40s %13s  %sx the changed data (target <= %gx) %s\n' % (
+        'incremental stream', '%d B' % s['send_inc_bytes'],
+        _fmt(s['send_inc_size_vs_changed']), SEND_INC_SIZE_MAX,
+        s['send_inc_size_verdict']))
 
 
 def _print_aged(res, out):

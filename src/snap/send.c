@@ -14,6 +14,8 @@
 
 /* Data per WRITE command: what btrfs sends in version 1. */
 #define SEND_CHUNK	(48 * 1024)
+/* Data per read: fewer, larger requests where they go through FUSE. */
+#define SEND_READ	(16 * SEND_CHUNK)
 /* Stream bytes kept before they are written out. */
 #define SEND_FLUSH	(1024 * 1024)
 
@@ -427,11 +429,11 @@ static errcode_t send_range(struct sender *s, const struct nx_delta_inode *d,
 {
 	const char *tree_path = s->primary[d - s->delta->v];
 	errcode_t err = 0;
-	size_t got;
+	size_t got, at, n;
 
 	while (off < end && !err) {
-		size_t want = end - off < SEND_CHUNK ? (size_t)(end - off) :
-			      SEND_CHUNK;
+		size_t want = end - off < SEND_READ ? (size_t)(end - off) :
+			      SEND_READ;
 
 		err = s->rd->pread(s->rd, 1, d->ino, tree_path, s->buf, want,
 				   off, &got);
@@ -439,13 +441,16 @@ static errcode_t send_range(struct sender *s, const struct nx_delta_inode *d,
 			return fail(s, err, "reading", tree_path);
 		if (!got)
 			break;		/* the file is shorter than it said */
-		if (!(sparse && all_zero(s->buf, got))) {
+		for (at = 0; at < got && !err; at += n) {
+			n = got - at < SEND_CHUNK ? got - at : SEND_CHUNK;
+			if (sparse && all_zero(s->buf + at, n))
+				continue;
 			nx_ss_enc_begin(&s->enc, NX_SS_C_WRITE);
 			nx_ss_enc_str(&s->enc, NX_SS_A_PATH, rel(tree_path));
-			nx_ss_enc_u64(&s->enc, NX_SS_A_FILE_OFFSET, off);
-			nx_ss_enc_bytes(&s->enc, NX_SS_A_DATA, s->buf, got);
+			nx_ss_enc_u64(&s->enc, NX_SS_A_FILE_OFFSET, off + at);
+			nx_ss_enc_bytes(&s->enc, NX_SS_A_DATA, s->buf + at, n);
 			err = end_cmd(s);
-			s->st->data_bytes += got;
+			s->st->data_bytes += n;
 		}
 		off += got;
 	}
@@ -617,7 +622,7 @@ errcode_t nx_send_stream(const struct nx_delta *delta,
 	nx_ss_enc_init(&s.enc, NX_SS_VERSION_1);
 	s.orphan = calloc(delta->n + 1, sizeof(*s.orphan));
 	s.primary = calloc(delta->n + 1, sizeof(*s.primary));
-	s.buf = malloc(SEND_CHUNK);
+	s.buf = malloc(SEND_READ);
 	if (s.orphan && s.primary && s.buf)
 		err = send_all(&s);
 	stats->bytes = s.enc.offset;
