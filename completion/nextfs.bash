@@ -152,7 +152,7 @@ _nextfs()
 			[[ $w == --restore || $w == --to ]]; then
 			((i++))		# its value
 		elif ((!ddash)) && [[ $cmd == send ]] &&
-			[[ $w == -p || $w == -o ]]; then
+			[[ $w == -p || $w == -o || $w == --resume ]]; then
 			((i++))		# its value
 		elif ((ddash)) || [[ $w != -?* ]]; then
 			args+=("$w")
@@ -200,6 +200,8 @@ _nextfs()
 		-o)
 			_nextfs_complete_files "" "$cur"
 			return ;;
+		--resume)
+			return ;;	# a token: nothing to offer
 		esac
 	fi
 	if ((!ddash)) && [[ $cur == -* ]]; then

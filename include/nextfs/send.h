@@ -7,8 +7,8 @@
  * - nx_send_stream() writes the stream that turns a receiver's copy of
  *   the old tree into the new one: SUBVOL (full) or SNAPSHOT (with the
  *   parent's UUID and ctransid), every change the delta lists, END.  The
- *   snapshot's UUID is nx_send_snap_uuid(volume UUID, id): stable, never
- *   reused (ids are never reused), and ctransid is the snapshot id.
+ *   UUIDs are nx_snap_uuid()'s (snapshot.h) and ctransid is the snapshot
+ *   id.
  * - Names are changed in an order that never needs a name that is still
  *   taken or a directory that is not there yet: every name that goes
  *   away is removed deepest first (a directory, or the last name of a
@@ -36,6 +36,7 @@
 #include <stdint.h>
 #include <ext2fs/ext2fs.h>
 #include "nextfs/delta.h"
+#include "nextfs/sendstream.h"
 
 struct nx_send_xattrs {
 	size_t n, cap;
@@ -72,6 +73,13 @@ struct nx_send_params {
 	unsigned char uuid[16];
 	unsigned char parent_uuid[16];
 	int fd;				/* where the stream goes */
+	/*
+	 * Resume where a receiver stopped (sendstream.h): the caller checked
+	 * that the token names this pair; the commands before its index are
+	 * not written, and the stream's offset and prefix hash there must be
+	 * the token's (else EINVAL, nothing written).
+	 */
+	const struct nx_ss_token *resume;
 };
 
 struct nx_send_stats {
@@ -85,10 +93,6 @@ errcode_t nx_send_stream(const struct nx_delta *delta,
 			 struct nx_send_reader *rd,
 			 const struct nx_send_params *p,
 			 struct nx_send_stats *stats, char *msg, size_t msglen);
-
-/* The stable UUID of snapshot ID of the volume whose UUID is VOL_UUID. */
-void nx_send_snap_uuid(const unsigned char vol_uuid[16], uint32_t id,
-		       unsigned char out[16]);
 
 /* The offline reader: the views of snapshots OLD_ID and NEW_ID of VOL. */
 struct nx_volume;

@@ -281,5 +281,37 @@ errcode_t nx_ss_enc_end(struct nx_ss_enc *e);
 void nx_ss_enc_consume(struct nx_ss_enc *e, size_t n);
 /* Write the complete commands of e->buf to FD and consume them: 0 or an errno. */
 errcode_t nx_ss_enc_flush(struct nx_ss_enc *e, int fd);
+/* The RESUME command (above): continue at command INDEX, OFFSET, HASH. */
+errcode_t nx_ss_enc_resume(struct nx_ss_enc *e, uint64_t index,
+			   uint64_t offset, uint64_t hash);
+
+/*
+ * The resume token: where a receiver stopped, for "nextfs send --resume
+ * TOKEN" (docs/replication.md).  On the wire (before base64): "nxr1",
+ * then little-endian the stream version (u32), the snapshot's UUID and
+ * ctransid, the parent's UUID and ctransid (zero for a full stream), the
+ * index and offset of the first command not applied and the prefix hash
+ * of the commands before it (u64 each), and the CRC32C (seed ~0,
+ * inverted, as everywhere but in btrfs streams) of all that (u32): 84
+ * bytes, written as 112 characters of base64url without padding.  The
+ * sender checks it against its own snapshots and sends nothing but the
+ * stream of that pair, from that command on.
+ */
+struct nx_ss_token {
+	uint32_t version;
+	unsigned char uuid[NX_SS_UUID_LEN];
+	uint64_t ctransid;
+	unsigned char parent_uuid[NX_SS_UUID_LEN];
+	uint64_t parent_ctransid;
+	uint64_t index;
+	uint64_t offset;
+	uint64_t hash;
+};
+#define NX_SS_TOKEN_LEN		112	/* characters, without the NUL */
+/* Into BUF (at least NX_SS_TOKEN_LEN + 1 bytes). */
+void nx_ss_token_encode(const struct nx_ss_token *t,
+			char buf[NX_SS_TOKEN_LEN + 1]);
+/* EINVAL for anything but a token written by nx_ss_token_encode(). */
+errcode_t nx_ss_token_decode(const char *s, struct nx_ss_token *t);
 
 #endif

@@ -150,11 +150,13 @@ int nx_cli_daemon_delta(int fd, uint32_t old_id, uint32_t new_id,
 int nx_cli_walk_delta(int root0, int root1, uint64_t mnt_id,
 		      struct nx_delta *delta);
 /*
- * The id and list position (0: the oldest) of snapshot NAME of the mount
- * of the open directory FD (NX_IOC_SNAP_NEXT); -1 with errno if the
- * mount does not say (ENOENT: no such snapshot).
+ * Snapshot NAME of the mount of the open directory FD (NX_IOC_SNAP_NEXT:
+ * id, take time, ...) and its list position (0: the oldest); -1 with
+ * errno if the mount does not say (ENOENT: no such snapshot).
  */
-int nx_cli_snap_id(int fd, const char *name, uint32_t *id, int *pos);
+struct nx_ioc_snap;
+int nx_cli_snap_at(int fd, const char *name, struct nx_ioc_snap *q,
+		   int *pos);
 
 /*
  * snaplist.c - the snapshots of a target, as "snapshot list" and "info"

@@ -173,6 +173,7 @@ static int diff_mount(const char *mnt, const char *old, const char *new,
 		      int show_type)
 {
 	struct nx_delta delta = { 0 };
+	struct nx_ioc_snap q;
 	struct nx_sp_place p;
 	uint32_t id[2] = { 0, 0 };
 	int root[2] = { -1, -1 }, pos[2] = { 0, INT32_MAX };
@@ -193,8 +194,10 @@ static int diff_mount(const char *mnt, const char *old, const char *new,
 		root[s] = open_side(p.mnt.path, p.mnt.fd, name);
 		if (root[s] < 0)
 			goto out;
-		if (name && nx_cli_snap_id(root[s], name, &id[s], &pos[s]))
+		if (name && nx_cli_snap_at(root[s], name, &q, &pos[s]))
 			asked = -1;	/* not a daemon that says */
+		else if (name)
+			id[s] = q.id;
 	}
 	if (!asked && pos[0] > pos[1]) {
 		nx_cli_error("snapshot '%s' is newer than '%s'; name the "

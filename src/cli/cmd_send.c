@@ -13,7 +13,10 @@
  *
  * The stream goes to FILE (made anew; removed again if the send fails)
  * or to stdout, never to a terminal.  --json says on stderr what was
- * sent (bytes, file data, commands, files).
+ * sent (bytes, file data, commands, files).  --resume TOKEN (written by
+ * an interrupted "nextfs receive", sendstream.h) sends the rest of the
+ * stream of the pair the token names, and nothing if the token names
+ * another pair or does not fit the stream.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -32,7 +35,7 @@
 #include "safepath.h"
 
 struct send_args {
-	const char *source, *name, *parent, *out;
+	const char *source, *name, *parent, *out, *resume;
 	int json;
 };
 
@@ -41,13 +44,18 @@ static void send_usage(FILE *out)
 	fprintf(out,
 		"usage: nextfs send [-p PARENT] IMAGE_OR_MOUNTPOINT NAME "
 		"[-o FILE] [--json]\n"
+		"                   [--resume TOKEN]\n"
 		"\n"
 		"Write snapshot NAME as a btrfs send stream (version 1) to "
 		"FILE or stdout:\n"
 		"all of it, or with -p only what changed since snapshot "
 		"PARENT.  Apply it\n"
 		"with \"nextfs receive\" or \"btrfs receive\".  --json reports "
-		"on stderr.\n");
+		"on stderr.\n"
+		"--resume TOKEN (from an interrupted \"nextfs receive\"): only "
+		"the rest of\n"
+		"that stream, after checking that the token names this snapshot "
+		"pair.\n");
 }
 
 /* ------------------------------------------------------------------ */
@@ -197,15 +205,45 @@ static void report(const struct send_args *a, const struct nx_send_stats *st)
 	nx_json_end(&j);
 }
 
+/*
+ * A token resumes only the stream of the pair it names: the snapshots'
+ * ids and UUIDs (derived here, from this volume) must be its.
+ */
+static int check_token(const struct send_args *a, struct nx_send_params *p,
+		       struct nx_ss_token *t)
+{
+	static const unsigned char none[NX_SS_UUID_LEN];
+
+	if (nx_ss_token_decode(a->resume, t)) {
+		nx_cli_error("not a resume token: %s", a->resume);
+		return -1;
+	}
+	if (t->version != NX_SS_VERSION_1 || t->ctransid != p->id ||
+	    memcmp(t->uuid, p->uuid, NX_SS_UUID_LEN) ||
+	    t->parent_ctransid != p->parent_id ||
+	    memcmp(t->parent_uuid, p->parent_id ? p->parent_uuid : none,
+		   NX_SS_UUID_LEN)) {
+		nx_cli_error("the resume token is for another stream than "
+			     "%s%s%s of this volume", a->parent ? a->parent : "",
+			     a->parent ? " -> " : "", a->name);
+		return -1;
+	}
+	p->resume = t;
+	return 0;
+}
+
 /* Write the stream of DELTA read through RD; 0 or NX_CLI_FAIL. */
 static int write_stream(const struct send_args *a, const struct nx_delta *d,
 			struct nx_send_reader *rd, struct nx_send_params *p)
 {
+	static struct nx_ss_token tok;	/* p->resume points here */
 	struct nx_send_stats st;
 	char msg[512];
 	errcode_t err;
 
 	p->name = a->name;
+	if (a->resume && check_token(a, p, &tok))
+		return NX_CLI_FAIL;
 	p->fd = open_output(a);
 	if (p->fd < 0)
 		return NX_CLI_FAIL;
@@ -255,10 +293,9 @@ static int send_image(const struct send_args *a)
 	}
 	p.id = info[1].id;
 	p.parent_id = a->parent ? info[0].id : 0;
-	nx_send_snap_uuid(vol->fs->super->s_uuid, p.id, p.uuid);
+	nx_snap_uuid_of(vol, &info[1], p.uuid);
 	if (p.parent_id)
-		nx_send_snap_uuid(vol->fs->super->s_uuid, p.parent_id,
-				  p.parent_uuid);
+		nx_snap_uuid_of(vol, &info[0], p.parent_uuid);
 	err = nx_snap_delta(vol, p.parent_id, p.id, NX_DELTA_WANT_EXTENTS |
 			    (p.parent_id ? 0 : NX_DELTA_FULL), NULL, &delta,
 			    msg, sizeof(msg));
@@ -304,6 +341,9 @@ static int send_mount(const struct send_args *a)
 	struct nx_delta delta = { 0 };
 	struct nx_send_params p;
 	struct nx_sp_place pl;
+	struct nx_ioc_snap q[2];
+	struct timespec taken[2];
+	const unsigned char *vol_uuid;
 	int pos[2] = { -1, 0 }, rc = NX_CLI_FAIL, s;
 
 	memset(&p, 0, sizeof(p));
@@ -323,12 +363,13 @@ static int send_mount(const struct send_args *a)
 		mr.root[s] = open_snapshot(pl.mnt.path, pl.mnt.fd, name);
 		if (mr.root[s] < 0)
 			goto out;
-		if (nx_cli_snap_id(mr.root[s], name, s ? &p.id : &p.parent_id,
-				   &pos[s])) {
+		if (nx_cli_snap_at(mr.root[s], name, &q[s], &pos[s])) {
 			nx_cli_error("%s: not a nextfs mount that can send",
 				     pl.mnt.path);
 			goto out;
 		}
+		taken[s].tv_sec = (time_t)q[s].taken_sec;
+		taken[s].tv_nsec = (long)q[s].taken_nsec;
 	}
 	if (a->parent && pos[0] >= pos[1]) {
 		nx_cli_error("snapshot '%s' is not older than '%s'", a->parent,
@@ -341,11 +382,13 @@ static int send_mount(const struct send_args *a)
 			     strerror(vi ? errno : ENOMEM));
 		goto out;
 	}
-	nx_send_snap_uuid(((struct ext2_super_block *)vi->super)->s_uuid,
-			  p.id, p.uuid);
-	if (p.parent_id)
-		nx_send_snap_uuid(((struct ext2_super_block *)vi->super)->s_uuid,
-				  p.parent_id, p.parent_uuid);
+	p.id = q[1].id;
+	vol_uuid = ((struct ext2_super_block *)vi->super)->s_uuid;
+	nx_snap_uuid(vol_uuid, p.id, &taken[1], p.uuid);
+	if (a->parent) {
+		p.parent_id = q[0].id;
+		nx_snap_uuid(vol_uuid, p.parent_id, &taken[0], p.parent_uuid);
+	}
 	if (nx_cli_daemon_delta(mr.root[1], p.parent_id, p.id,
 				NX_IOC_DELTA_EXTENTS |
 				(p.parent_id ? 0 : NX_IOC_DELTA_FULL),
@@ -384,13 +427,15 @@ int nx_cmd_send(int argc, char **argv)
 		}
 		if (!rest && !strcmp(arg, "--")) {
 			rest = 1;
-		} else if (!rest && (!strcmp(arg, "-p") || !strcmp(arg, "-o"))) {
+		} else if (!rest && (!strcmp(arg, "-p") || !strcmp(arg, "-o") ||
+				     !strcmp(arg, "--resume"))) {
 			if (i + 1 == argc) {
 				nx_cli_error("send: %s needs a value", arg);
 				send_usage(stderr);
 				return NX_CLI_USAGE;
 			}
-			*(arg[1] == 'p' ? &a.parent : &a.out) = argv[++i];
+			*(arg[1] == 'p' ? &a.parent : arg[1] == 'o' ? &a.out :
+			  &a.resume) = argv[++i];
 		} else if (!rest && !strcmp(arg, "--json")) {
 			a.json = 1;
 		} else if (!rest && arg[0] == '-' && arg[1]) {

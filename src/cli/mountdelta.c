@@ -599,22 +599,20 @@ out:
 	return rc;
 }
 
-int nx_cli_snap_id(int fd, const char *name, uint32_t *id, int *pos)
+int nx_cli_snap_at(int fd, const char *name, struct nx_ioc_snap *q,
+		   int *pos)
 {
-	struct nx_ioc_snap q;
 	uint32_t after = 0;
 
 	for (*pos = 0;; (*pos)++) {
-		memset(&q, 0, sizeof(q));
-		q.after_id = after;
-		if (ioctl(fd, NX_IOC_SNAP_NEXT, &q) < 0 ||
-		    q.namelen >= sizeof(q.name))
+		memset(q, 0, sizeof(*q));
+		q->after_id = after;
+		if (ioctl(fd, NX_IOC_SNAP_NEXT, q) < 0 ||
+		    q->namelen >= sizeof(q->name))
 			return -1;
-		if (q.namelen == strlen(name) &&
-		    !memcmp(q.name, name, q.namelen)) {
-			*id = q.id;
+		if (q->namelen == strlen(name) &&
+		    !memcmp(q->name, name, q->namelen))
 			return 0;
-		}
-		after = q.id;
+		after = q->id;
 	}
 }

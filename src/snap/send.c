@@ -32,6 +32,7 @@ struct sender {
 	char *buf;			/* SEND_CHUNK bytes */
 	char **dead;			/* orphans of removed directories */
 	size_t ndead, capdead;
+	int skipping;			/* resuming: not at the token's command */
 };
 
 /* One name to remove or to make: inode I's name K. */
@@ -103,11 +104,49 @@ static errcode_t fail(struct sender *s, errcode_t err, const char *what,
 /* ------------------------------------------------------------------ */
 /* Commands.                                                           */
 
+static errcode_t begin_stream(struct sender *s, struct nx_ss_enc *e);
+
+/*
+ * Resuming (p->resume): the stream is made as always, and its commands
+ * before the token's are dropped; at that command the token's offset and
+ * prefix hash must be the stream's, then the header, the first command
+ * and RESUME go out, and the rest as always.
+ */
+static errcode_t resume_here(struct sender *s)
+{
+	const struct nx_ss_token *t = s->p->resume;
+	struct nx_ss_enc b;
+	errcode_t err;
+
+	if (s->enc.offset != t->offset || s->enc.hash != t->hash) {
+		snprintf(s->msg, s->msglen, "the resume token does not fit "
+			 "this stream: the receiver stopped at command %llu "
+			 "of another one", (unsigned long long)t->index);
+		return EINVAL;
+	}
+	nx_ss_enc_consume(&s->enc, s->enc.len);
+	nx_ss_enc_init(&b, NX_SS_VERSION_1);
+	err = begin_stream(s, &b);
+	if (!err)
+		err = nx_ss_enc_resume(&b, t->index, t->offset, t->hash);
+	if (!err)
+		err = nx_ss_enc_flush(&b, s->p->fd);
+	nx_ss_enc_free(&b);
+	s->skipping = 0;
+	return err;
+}
+
 static errcode_t end_cmd(struct sender *s)
 {
 	errcode_t err = nx_ss_enc_end(&s->enc);
 
 	s->st->commands++;
+	if (!err && s->skipping) {
+		if (s->enc.ncmds == s->p->resume->index)
+			return resume_here(s);
+		nx_ss_enc_consume(&s->enc, s->enc.len);
+		return 0;
+	}
 	if (!err && s->enc.len >= SEND_FLUSH)
 		err = nx_ss_enc_flush(&s->enc, s->p->fd);
 	return err;
@@ -559,21 +598,20 @@ static errcode_t send_inode(struct sender *s, const struct nx_delta_inode *d)
 
 /* ------------------------------------------------------------------ */
 
-static errcode_t begin_stream(struct sender *s)
+static errcode_t begin_stream(struct sender *s, struct nx_ss_enc *e)
 {
 	const struct nx_send_params *p = s->p;
 
-	nx_ss_enc_header(&s->enc);
-	nx_ss_enc_begin(&s->enc, p->parent_id ? NX_SS_C_SNAPSHOT :
-			NX_SS_C_SUBVOL);
-	nx_ss_enc_str(&s->enc, NX_SS_A_PATH, p->name);
-	nx_ss_enc_uuid(&s->enc, NX_SS_A_UUID, p->uuid);
-	nx_ss_enc_u64(&s->enc, NX_SS_A_CTRANSID, p->id);
+	nx_ss_enc_header(e);
+	nx_ss_enc_begin(e, p->parent_id ? NX_SS_C_SNAPSHOT : NX_SS_C_SUBVOL);
+	nx_ss_enc_str(e, NX_SS_A_PATH, p->name);
+	nx_ss_enc_uuid(e, NX_SS_A_UUID, p->uuid);
+	nx_ss_enc_u64(e, NX_SS_A_CTRANSID, p->id);
 	if (p->parent_id) {
-		nx_ss_enc_uuid(&s->enc, NX_SS_A_CLONE_UUID, p->parent_uuid);
-		nx_ss_enc_u64(&s->enc, NX_SS_A_CLONE_CTRANSID, p->parent_id);
+		nx_ss_enc_uuid(e, NX_SS_A_CLONE_UUID, p->parent_uuid);
+		nx_ss_enc_u64(e, NX_SS_A_CLONE_CTRANSID, p->parent_id);
 	}
-	return end_cmd(s);
+	return nx_ss_enc_end(e);
 }
 
 static errcode_t send_all(struct sender *s)
@@ -582,7 +620,14 @@ static errcode_t send_all(struct sender *s)
 	errcode_t err;
 	size_t i;
 
-	err = begin_stream(s);
+	err = begin_stream(s, &s->enc);
+	if (!err) {
+		s->st->commands++;
+		if (s->skipping && s->p->resume->index == 1)
+			err = resume_here(s);
+		else if (s->skipping)
+			nx_ss_enc_consume(&s->enc, s->enc.len);
+	}
 	if (!err)
 		err = drop_names(s);
 	if (!err)
@@ -602,6 +647,11 @@ static errcode_t send_all(struct sender *s)
 		nx_ss_enc_begin(&s->enc, NX_SS_C_END);
 		err = end_cmd(s);
 	}
+	if (!err && s->skipping) {
+		snprintf(s->msg, s->msglen, "the resume token points past the "
+			 "end of this stream");
+		err = EINVAL;
+	}
 	if (!err)
 		err = nx_ss_enc_flush(&s->enc, s->p->fd);
 	return err;
@@ -620,6 +670,8 @@ errcode_t nx_send_stream(const struct nx_delta *delta,
 	memset(stats, 0, sizeof(*stats));
 	snprintf(msg, msglen, "%s", "");
 	nx_ss_enc_init(&s.enc, NX_SS_VERSION_1);
+	/* index 0: nothing was applied, the whole stream goes */
+	s.skipping = p->resume && p->resume->index > 0;
 	s.orphan = calloc(delta->n + 1, sizeof(*s.orphan));
 	s.primary = calloc(delta->n + 1, sizeof(*s.primary));
 	s.buf = malloc(SEND_READ);
@@ -681,36 +733,4 @@ errcode_t nx_send_xattrs_add(struct nx_send_xattrs *x, const char *name,
 	memcpy(x->values[x->n], value, len);
 	x->lens[x->n++] = len;
 	return 0;
-}
-
-/* FNV-1a 64 over BYTES, from H. */
-static uint64_t fnv(uint64_t h, const void *bytes, size_t len)
-{
-	const unsigned char *p = bytes;
-
-	while (len--)
-		h = (h ^ *p++) * 1099511628211ULL;
-	return h;
-}
-
-void nx_send_snap_uuid(const unsigned char vol_uuid[16], uint32_t id,
-		       unsigned char out[16])
-{
-	unsigned char idb[4] = { id & 0xff, (id >> 8) & 0xff,
-				 (id >> 16) & 0xff, id >> 24 };
-	uint64_t h[2];
-	int i;
-
-	for (i = 0; i < 2; i++) {
-		h[i] = fnv(14695981039346656037ULL ^ (uint64_t)(i + 1),
-			   "nextfs-snapshot", 15);
-		h[i] = fnv(h[i], vol_uuid, 16);
-		h[i] = fnv(h[i], idb, 4);
-	}
-	for (i = 0; i < 8; i++) {
-		out[i] = (unsigned char)(h[0] >> (8 * i));
-		out[8 + i] = (unsigned char)(h[1] >> (8 * i));
-	}
-	out[6] = (out[6] & 0x0f) | 0x80;	/* version 8: custom */
-	out[8] = (out[8] & 0x3f) | 0x80;	/* RFC 4122 variant */
 }

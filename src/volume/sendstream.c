@@ -721,3 +721,95 @@ errcode_t nx_ss_enc_flush(struct nx_ss_enc *e, int fd)
 	nx_ss_enc_consume(e, done);
 	return 0;
 }
+
+errcode_t nx_ss_enc_resume(struct nx_ss_enc *e, uint64_t index,
+			   uint64_t offset, uint64_t hash)
+{
+	nx_ss_enc_begin(e, NX_SS_C_RESUME);
+	nx_ss_enc_u64(e, NX_SS_A_RESUME_INDEX, index);
+	nx_ss_enc_u64(e, NX_SS_A_RESUME_OFFSET, offset);
+	nx_ss_enc_u64(e, NX_SS_A_RESUME_HASH, hash);
+	return nx_ss_enc_end(e);
+}
+
+/* ------------------------------------------------------------------ */
+/* Resume tokens.                                                      */
+
+#define TOKEN_MAGIC	"nxr1"
+#define TOKEN_BYTES	84
+
+static const char b64[] =
+	"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+
+static void token_pack(const struct nx_ss_token *t,
+		       unsigned char b[TOKEN_BYTES])
+{
+	memcpy(b, TOKEN_MAGIC, 4);
+	put32(b + 4, t->version);
+	memcpy(b + 8, t->uuid, NX_SS_UUID_LEN);
+	put64(b + 24, t->ctransid);
+	memcpy(b + 32, t->parent_uuid, NX_SS_UUID_LEN);
+	put64(b + 48, t->parent_ctransid);
+	put64(b + 56, t->index);
+	put64(b + 64, t->offset);
+	put64(b + 72, t->hash);
+	put32(b + 80, ~ext2fs_crc32c_le(~0U, b, 80));
+}
+
+void nx_ss_token_encode(const struct nx_ss_token *t,
+			char buf[NX_SS_TOKEN_LEN + 1])
+{
+	unsigned char b[TOKEN_BYTES];
+	size_t i, o = 0;
+
+	nx_crc32c_init();
+	token_pack(t, b);
+	for (i = 0; i < TOKEN_BYTES; i += 3) {	/* 84 = 28 * 3: no padding */
+		uint32_t v = (uint32_t)b[i] << 16 | (uint32_t)b[i + 1] << 8 |
+			     b[i + 2];
+
+		buf[o++] = b64[v >> 18];
+		buf[o++] = b64[(v >> 12) & 63];
+		buf[o++] = b64[(v >> 6) & 63];
+		buf[o++] = b64[v & 63];
+	}
+	buf[o] = 0;
+}
+
+errcode_t nx_ss_token_decode(const char *s, struct nx_ss_token *t)
+{
+	unsigned char b[TOKEN_BYTES];
+	size_t i, o = 0;
+
+	nx_crc32c_init();
+	if (strlen(s) != NX_SS_TOKEN_LEN)
+		return EINVAL;
+	for (i = 0; i < NX_SS_TOKEN_LEN; i += 4) {
+		uint32_t v = 0;
+		int k;
+
+		for (k = 0; k < 4; k++) {
+			const char *p = memchr(b64, s[i + k], 64);
+
+			if (!p || !s[i + k])
+				return EINVAL;
+			v = v << 6 | (uint32_t)(p - b64);
+		}
+		b[o++] = (unsigned char)(v >> 16);
+		b[o++] = (unsigned char)(v >> 8);
+		b[o++] = (unsigned char)v;
+	}
+	if (memcmp(b, TOKEN_MAGIC, 4) ||
+	    get32(b + 80) != ~ext2fs_crc32c_le(~0U, b, 80))
+		return EINVAL;
+	memset(t, 0, sizeof(*t));
+	t->version = get32(b + 4);
+	memcpy(t->uuid, b + 8, NX_SS_UUID_LEN);
+	t->ctransid = get64(b + 24);
+	memcpy(t->parent_uuid, b + 32, NX_SS_UUID_LEN);
+	t->parent_ctransid = get64(b + 48);
+	t->index = get64(b + 56);
+	t->offset = get64(b + 64);
+	t->hash = get64(b + 72);
+	return 0;
+}

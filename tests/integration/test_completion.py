@@ -122,7 +122,7 @@ class CompletionTest(nx.NxTestCase):
         self.assertEqual(set(self.nx('versions', '-')),
                          {'--json', '--restore', '--to', '--help'})
         self.assertEqual(set(self.nx('send', '-')),
-                         {'-p', '-o', '--json', '--help'})
+                         {'-p', '-o', '--json', '--resume', '--help'})
         # snapshot run MNT -- COMMAND ARGS: a command, then files
         self.assertIn('true', self.nx('snapshot', 'run', self.work, '--',
                                       'tru'))

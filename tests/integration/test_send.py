@@ -230,6 +230,57 @@ class Workload:
             self.op()
 
 
+def crc32c(data, crc=0xffffffff):
+    for b in data:
+        crc ^= b
+        for _ in range(8):
+            crc = (crc >> 1) ^ (0x82f63b78 if crc & 1 else 0)
+    return crc ^ 0xffffffff
+
+
+def commands(stream):
+    """[(index, offset, prefix hash before it, bytes)] of a send stream."""
+    h = 1469598103934665603
+
+    def fnv(h, b):
+        for x in b:
+            h = ((h ^ x) * 1099511628211) & (2**64 - 1)
+        return h
+    h = fnv(h, stream[:17])
+    off, out = 17, []
+    while off < len(stream):
+        n = int.from_bytes(stream[off:off + 4], 'little')
+        out.append((len(out), off, h, stream[off:off + 10 + n]))
+        h = fnv(h, stream[off:off + 10])
+        off += 10 + n
+    return out
+
+
+def struct_cmd(cmd):
+    return int.from_bytes(cmd[4:6], 'little')
+
+
+def token(first, parent_first, index, offset, h):
+    """A resume token (sendstream.h) for the stream whose first command
+    is FIRST (SUBVOL or SNAPSHOT: its UUIDs and ctransids)."""
+    import base64
+    import struct
+
+    def attrs(cmd):
+        a, off = {}, 10
+        while off < len(cmd):
+            t, n = struct.unpack_from('<HH', cmd, off)
+            a[t] = cmd[off + 4:off + 4 + n]
+            off += 4 + n
+        return a
+    a = attrs(first)
+    raw = (b'nxr1' + struct.pack('<I', 1) + a[1] + a[2] +
+           a.get(20, bytes(16)) + a.get(21, bytes(8)) +
+           struct.pack('<QQQ', index, offset, h))
+    raw += struct.pack('<I', crc32c(raw))
+    return base64.urlsafe_b64encode(raw).rstrip(b'=').decode()
+
+
 class SendTest(nx.NxTestCase):
 
     def setUp(self):
@@ -292,6 +343,40 @@ class SendTest(nx.NxTestCase):
         self.assertEqual(off, last)
         self.assertEqual(tool('check', '--views', img).returncode, 0)
         self.assertEqual(nxsnap.fsck_masked(img)[0], 0)
+
+    def test_resume(self):
+        """send --resume TOKEN: the rest of the stream the token names,
+        after the header, the first command and RESUME; a token of
+        another pair, or one that does not fit the stream, sends nothing.
+        """
+        img = self.make_image('64M')
+        with self.mounted(img, check=False) as m:
+            w = Workload(m.path, 3)
+            w.run(20)
+            os.mkdir(nxsnap.snap_dir(m, 'a'))
+            w.run(20)
+            os.mkdir(nxsnap.snap_dir(m, 'b'))
+            whole = self.send('-p', 'a', m.path, 'b')
+            cmds = commands(whole)
+            self.assertGreater(len(cmds), 6)
+            i, off, h, _ = cmds[len(cmds) // 2]
+            tok = token(cmds[0][3], None, i, off, h)
+            rest = self.send('-p', 'a', m.path, 'b', '--resume', tok)
+            got = commands(rest)
+            self.assertEqual(got[0][3], cmds[0][3])
+            self.assertEqual(struct_cmd(got[1][3]), 0x4e58)    # RESUME
+            self.assertEqual([c[3] for c in got[2:]],
+                             [c[3] for c in cmds[i:]])
+            out = os.path.join(self.work, 'out')
+            for args in (('a', 'b', token(cmds[0][3], None, i, off,
+                                          h ^ 1)),      # another stream
+                         (None, 'a', tok)):             # another pair
+                argv = (['-p', args[0]] if args[0] else []) + [
+                    m.path, args[1], '--resume', args[2], '-o', out]
+                p = tool('send', *argv)
+                self.assertEqual(p.returncode, 1, p.stderr)
+                self.assertIn(b'resume token', p.stderr)
+                self.assertFalse(os.path.exists(out))
 
     def test_user_sends_from_own_mount(self):
         img, udir = self.make_user_image(UID, GID)

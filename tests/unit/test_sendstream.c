@@ -587,11 +587,7 @@ START_TEST(test_prefix_hash_and_resume)
 		OK(nx_ss_enc_u64(&res, NX_SS_A_CLONE_CTRANSID, 11));
 		OK(nx_ss_enc_end(&res));
 		ck_assert_mem_eq(res.buf, e.buf, res.len);
-		OK(nx_ss_enc_begin(&res, NX_SS_C_RESUME));
-		OK(nx_ss_enc_u64(&res, NX_SS_A_RESUME_INDEX, p.ncmds));
-		OK(nx_ss_enc_u64(&res, NX_SS_A_RESUME_OFFSET, p.offset));
-		OK(nx_ss_enc_u64(&res, NX_SS_A_RESUME_HASH, p.hash));
-		OK(nx_ss_enc_end(&res));
+		OK(nx_ss_enc_resume(&res, p.ncmds, p.offset, p.hash));
 		all = malloc(res.len + e.len - pos);
 		ck_assert_ptr_nonnull(all);
 		memcpy(all, res.buf, res.len);
@@ -613,6 +609,43 @@ START_TEST(test_prefix_hash_and_resume)
 	free(all);
 	nx_ss_enc_free(&res);
 	nx_ss_enc_free(&e);
+}
+END_TEST
+
+/* A token round-trips; a changed, cut or foreign one is refused. */
+START_TEST(test_resume_token)
+{
+	struct nx_ss_token t, back;
+	char tok[NX_SS_TOKEN_LEN + 1], bad[NX_SS_TOKEN_LEN + 2];
+	size_t i;
+
+	memset(&t, 0, sizeof(t));
+	t.version = 1;
+	memcpy(t.uuid, uuid_a, 16);
+	t.ctransid = 12;
+	memcpy(t.parent_uuid, uuid_b, 16);
+	t.parent_ctransid = 11;
+	t.index = 123456789;
+	t.offset = 1ULL << 41;
+	t.hash = 0xfedcba9876543210ULL;
+	nx_ss_token_encode(&t, tok);
+	ck_assert_uint_eq(strlen(tok), NX_SS_TOKEN_LEN);
+	ck_assert(strspn(tok, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstu"
+			 "vwxyz0123456789-_") == NX_SS_TOKEN_LEN);
+	OK(nx_ss_token_decode(tok, &back));
+	ck_assert_mem_eq(&back, &t, sizeof(t));
+	for (i = 0; i < NX_SS_TOKEN_LEN; i++) {
+		strcpy(bad, tok);
+		bad[i] = bad[i] == 'A' ? 'B' : 'A';
+		ck_assert_int_eq(nx_ss_token_decode(bad, &back), EINVAL);
+	}
+	strcpy(bad, tok);
+	bad[NX_SS_TOKEN_LEN - 1] = 0;
+	ck_assert_int_eq(nx_ss_token_decode(bad, &back), EINVAL);
+	strcpy(bad, tok);
+	strcat(bad, "A");
+	ck_assert_int_eq(nx_ss_token_decode(bad, &back), EINVAL);
+	ck_assert_int_eq(nx_ss_token_decode("", &back), EINVAL);
 }
 END_TEST
 
@@ -755,6 +788,7 @@ static Suite *suite(void)
 	tcase_add_test(tc, test_hostile_streams_refused);
 	tcase_add_test(tc, test_encoder_limits);
 	tcase_add_test(tc, test_prefix_hash_and_resume);
+	tcase_add_test(tc, test_resume_token);
 	tcase_add_test(tc, test_real_btrfs_stream);
 	suite_add_tcase(s, tc);
 	return s;
