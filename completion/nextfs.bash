@@ -106,6 +106,7 @@ _nextfs_arg_kinds()
 	check|info)		echo image ;;
 	export)			echo image snap out ;;
 	diff)			echo target snap snap ;;
+	send)			echo target snap ;;
 	restore)		echo image snap ;;
 	version)		echo ;;
 	umount)			echo dir ;;
@@ -150,6 +151,9 @@ _nextfs()
 		elif ((!ddash)) && [[ $cmd == versions ]] &&
 			[[ $w == --restore || $w == --to ]]; then
 			((i++))		# its value
+		elif ((!ddash)) && [[ $cmd == send ]] &&
+			[[ $w == -p || $w == -o || $w == --resume ]]; then
+			((i++))		# its value
 		elif ((ddash)) || [[ $w != -?* ]]; then
 			args+=("$w")
 		fi
@@ -184,6 +188,20 @@ _nextfs()
 		--to)
 			_nextfs_complete_files "" "$cur"
 			return ;;
+		esac
+	fi
+	# send -p PARENT (a snapshot of the source, once it is named), -o FILE
+	if [[ $cmd == send ]] && ((!ddash)); then
+		case ${COMP_WORDS[COMP_CWORD - 1]} in
+		-p)
+			[[ ${args[0]} ]] &&
+				_nextfs_complete_names "${args[0]}" "$cur"
+			return ;;
+		-o)
+			_nextfs_complete_files "" "$cur"
+			return ;;
+		--resume)
+			return ;;	# a token: nothing to offer
 		esac
 	fi
 	if ((!ddash)) && [[ $cur == -* ]]; then

@@ -50,6 +50,7 @@ int nx_cmd_versions(int argc, char **argv);	/* cmd_versions.c */
 int nx_cmd_check(int argc, char **argv);
 int nx_cmd_export(int argc, char **argv);
 int nx_cmd_diff(int argc, char **argv);
+int nx_cmd_send(int argc, char **argv);		/* cmd_send.c */
 int nx_cmd_restore(int argc, char **argv);
 int nx_cmd_info(int argc, char **argv);
 int nx_cmd_umount(int argc, char **argv);
@@ -132,6 +133,30 @@ errcode_t nx_cli_delete(struct nx_cli_target *t, const char *name);
  */
 int nx_cli_files_differ(int da, const char *ra, int db, const char *rb);
 int nx_cli_links_differ(int da, const char *ra, int db, const char *rb);
+
+/*
+ * mountdelta.c - the delta (delta.h) between two trees of one nextfs-fuse
+ * mount.  nx_cli_daemon_delta asks the daemon through the directory FD
+ * (any of the mount) for the block-map delta from snapshot OLD_ID to
+ * NEW_ID (0: the live tree), NX_IOC_DELTA_* FLAGS: 0, or -1 with errno
+ * (EPERM: the daemon shows it only to root and the mounting user; ENOTTY:
+ * not a daemon that has it).  nx_cli_walk_delta walks the trees at the
+ * directories ROOT0 and ROOT1 (both on the mount MNT_ID) instead: 0, or
+ * NX_CLI_FAIL with the error printed.
+ */
+struct nx_delta;
+int nx_cli_daemon_delta(int fd, uint32_t old_id, uint32_t new_id,
+			unsigned flags, struct nx_delta *delta);
+int nx_cli_walk_delta(int root0, int root1, uint64_t mnt_id,
+		      struct nx_delta *delta);
+/*
+ * Snapshot NAME of the mount of the open directory FD (NX_IOC_SNAP_NEXT:
+ * id, take time, ...) and its list position (0: the oldest); -1 with
+ * errno if the mount does not say (ENOENT: no such snapshot).
+ */
+struct nx_ioc_snap;
+int nx_cli_snap_at(int fd, const char *name, struct nx_ioc_snap *q,
+		   int *pos);
 
 /*
  * snaplist.c - the snapshots of a target, as "snapshot list" and "info"

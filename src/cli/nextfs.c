@@ -111,6 +111,7 @@ static void usage(FILE *out)
 		"  check IMAGE                 snapshot-aware consistency check\n"
 		"  export IMAGE NAME OUT       write a snapshot as a standalone image\n"
 		"  diff IMAGE_OR_MNT OLD [NEW] list what changed between snapshots\n"
+		"  send [-p PARENT] SOURCE NAME  a snapshot as a btrfs send stream\n"
 		"  restore IMAGE NAME          roll the live tree back to a snapshot\n"
 		"  info IMAGE_OR_MOUNTPOINT    volume and snapshot summary\n"
 		"  umount MOUNTPOINT           unmount; return once the volume is\n"
@@ -177,6 +178,8 @@ int main(int argc, char **argv)
 		return nx_cmd_export(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "diff"))
 		return nx_cmd_diff(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "send"))
+		return nx_cmd_send(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "restore"))
 		return nx_cmd_restore(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "info"))
