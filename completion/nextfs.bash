@@ -148,23 +148,26 @@ _nextfs_complete_value()
 		COMPREPLY=($(compgen -W 'last= hourly= daily= weekly= monthly=
 			yearly=' -- "$cur"))
 		compopt -o nospace 2>/dev/null ;;
-	snap)	# the snapshots of the volume the first argument is on
+	snap)	# the snapshots of the first argument's volume: the image
+		# or mount point it names, or the mount a path is on
 		where=${args[0]:-.}
-		[[ -d $where ]] || where=$(dirname -- "$where")
+		[[ $_nextfs_kinds == path* && ! -d $where ]] &&
+			where=$(dirname -- "$where")
 		_nextfs_complete_names "$where" "$cur" ;;
 	file)	_nextfs_complete_files "" "$cur" ;;
 	esac
 }
 
 # COMPREPLY = what goes where an argument of KIND $1 goes: target, image
-# (an image, a device or a mount point), dir, snap (an existing snapshot
-# name), new (a name to make up: nothing to offer), out (a file or "-"),
-# cmd (a command), rest (files, for every further argument), command (a
-# command of nextfs, then one of its subcommands).
+# (an image, a device or a mount point), dir, path (a file on a mount),
+# snap (an existing snapshot name), new (a name to make up: nothing to
+# offer), out (a file or "-"), cmd (a command), rest (files, for every
+# further argument), command (a command of nextfs, then one of its
+# subcommands).
 _nextfs_complete_arg()
 {
 	case $1 in
-	target|image|out|rest)	_nextfs_complete_files "" "$cur" ;;
+	target|image|path|out|rest) _nextfs_complete_files "" "$cur" ;;
 	cmd)			COMPREPLY=($(compgen -c -- "$cur")) ;;
 	dir)			_nextfs_complete_files -d "$cur" ;;
 	snap)			_nextfs_complete_names "${args[0]}" "$cur" ;;

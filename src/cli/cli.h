@@ -13,6 +13,7 @@
  *   snapact.c  taking and deleting snapshots on a target
  *   snaplist.c listing snapshots, as "snapshot list" and "info" show them
  *   compare.c  comparing two files of a mount
+ *   mountdelta.c what changed between two trees of a mount
  *   progress.c a progress bar
  *   output.h   names, times and JSON as the tool prints them
  */
@@ -113,6 +114,9 @@ enum nx_cli_slot {
 	NX_OPT_SLOPPY,		/* mount helper -s */
 	NX_OPT_FSTYPE,		/* mount and umount helpers -t TYPE */
 	NX_OPT_NAMESPACE,	/* mount helper -N NAMESPACE */
+	NX_OPT_PARENT,		/* send -p PARENT */
+	NX_OPT_OUTPUT,		/* send -o FILE */
+	NX_OPT_RESUME,		/* send --resume TOKEN */
 	NX_CLI_SLOTS
 };
 
@@ -164,8 +168,8 @@ typedef int nx_cli_handler(struct nx_cli_args *a);
 /*
  * A command, or a group of subcommands (SUBS set: "snapshot").
  * PARAMS names the arguments in order, each "KIND:NAME" ("target",
- * "image", "dir", "snap", "new", "out", "cmd", "rest", "command": what
- * bash completion offers there); the first MIN are required, at most
+ * "image", "dir", "path", "snap", "new", "out", "cmd", "rest", "command":
+ * what bash completion offers there); the first MIN are required, at most
  * MAX may be given (-1: any number).  USAGE: what follows "usage: nextfs
  * NAME " - one line per form, separated by '\n'.  SUMMARY: the line of
  * "nextfs --help".  HELP: what "--help" prints after the usage.
@@ -216,7 +220,8 @@ void nx_cli_print_spec(const struct nx_cli_cmd *top);
 nx_cli_handler nx_cmd_snapshot_take, nx_cmd_snapshot_delete,
 	nx_cmd_snapshot_list, nx_cmd_snapshot_prune, nx_cmd_snapshot_run,
 	nx_cmd_versions, nx_cmd_check, nx_cmd_export, nx_cmd_diff,
-	nx_cmd_restore, nx_cmd_info, nx_cmd_umount, nx_cmd_mount_helper;
+	nx_cmd_send, nx_cmd_restore, nx_cmd_info, nx_cmd_umount,
+	nx_cmd_mount_helper;
 
 /* ------------------------------------------------------------------ */
 /* progress.c - a progress bar on stderr when it is a terminal.        */
@@ -278,6 +283,30 @@ int nx_cli_files_differ(int da, const char *ra, int db, const char *rb);
 int nx_cli_links_differ(int da, const char *ra, int db, const char *rb);
 
 /* ------------------------------------------------------------------ */
+/*
+ * mountdelta.c - the delta (delta.h) between two trees of one nextfs-fuse
+ * mount.  nx_cli_daemon_delta asks the daemon through the directory FD
+ * (any of the mount) for the block-map delta from snapshot OLD_ID to
+ * NEW_ID (0: the live tree), NX_IOC_DELTA_* FLAGS: 0, or -1 with errno
+ * (EPERM: the daemon shows it only to root and the mounting user; ENOTTY:
+ * not a daemon that has it).  nx_cli_walk_delta walks the trees at the
+ * directories ROOT0 and ROOT1 (both on the mount MNT_ID) instead: 0, or
+ * NX_CLI_FAIL with the error printed.
+ */
+struct nx_delta;
+int nx_cli_daemon_delta(int fd, uint32_t old_id, uint32_t new_id,
+			unsigned flags, struct nx_delta *delta);
+int nx_cli_walk_delta(int root0, int root1, uint64_t mnt_id,
+		      struct nx_delta *delta);
+/*
+ * Snapshot NAME of the mount of the open directory FD (NX_IOC_SNAP_NEXT:
+ * id, take time, ...) and its list position (0: the oldest); -1 with
+ * errno if the mount does not say (ENOENT: no such snapshot).
+ */
+struct nx_ioc_snap;
+int nx_cli_snap_at(int fd, const char *name, struct nx_ioc_snap *q,
+		   int *pos);
+
 /*
  * snaplist.c - the snapshots of a target, as "snapshot list" and "info"
  * show them.  TARGET is a mountpoint, an image, or an image in use by a

@@ -144,7 +144,7 @@ static const struct nx_cli_cmd snapshot_cmd = {
 
 static const struct nx_cli_cmd versions_cmd = {
 	.name = "versions", .min = 1, .max = 1, .run = nx_cmd_versions,
-	.params = "target:PATH",
+	.params = "path:PATH",
 	.usage = "[--json] PATH\n"
 		 "PATH [--restore NAME [--to DEST]]",
 	.summary = "a file's versions in the snapshots; --restore NAME gets "
@@ -236,6 +236,28 @@ static const struct nx_cli_cmd diff_cmd = {
 	"'R OLD -> NEW' renamed.  -F adds the file type.\n",
 };
 
+static const struct nx_cli_cmd send_cmd = {
+	.name = "send", .min = 2, .max = 2, .run = nx_cmd_send,
+	.params = "target:IMAGE_OR_MOUNTPOINT snap:NAME",
+	.usage = "[-p PARENT] IMAGE_OR_MOUNTPOINT NAME [-o FILE] [--json] "
+		 "[--resume TOKEN]",
+	.summary = "a snapshot as a btrfs send stream",
+	.opts = (const struct nx_cli_opt[]) {
+		{ "-p", "snap:PARENT", NX_OPT_PARENT, 1 },
+		{ "-o", "file:FILE", NX_OPT_OUTPUT, 1 },
+		{ "--json", NULL, NX_OPT_JSON, 1 },
+		{ "--resume", ":TOKEN", NX_OPT_RESUME, 1 },
+		{ NULL },
+	},
+	.help =
+	"Write snapshot NAME as a btrfs send stream (version 1) to FILE or\n"
+	"stdout: all of it, or with -p only what changed since snapshot\n"
+	"PARENT.  Apply it with \"nextfs receive\" or \"btrfs receive\".\n"
+	"--json reports on stderr.  --resume TOKEN (from an interrupted\n"
+	"\"nextfs receive\"): only the rest of that stream, after checking\n"
+	"that the token names this snapshot pair.\n",
+};
+
 static const struct nx_cli_cmd restore_cmd = {
 	.name = "restore", .min = 2, .max = 2, .run = nx_cmd_restore,
 	.params = "image:IMAGE snap:NAME",
@@ -324,8 +346,8 @@ static const struct nx_cli_cmd spec_cmd = {
 /* The table: "nextfs --help" lists the commands in this order. */
 static const struct nx_cli_cmd *const commands[] = {
 	&snapshot_cmd, &versions_cmd, &check_cmd, &export_cmd, &diff_cmd,
-	&restore_cmd, &info_cmd, &umount_cmd, &version_cmd, &help_cmd,
-	&spec_cmd, NULL,
+	&send_cmd, &restore_cmd, &info_cmd, &umount_cmd, &version_cmd,
+	&help_cmd, &spec_cmd, NULL,
 };
 
 static const struct nx_cli_cmd nextfs_cmd = {

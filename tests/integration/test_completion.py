@@ -129,6 +129,8 @@ class CompletionTest(nx.NxTestCase):
                          {'-f', '--force', '--help'})
         self.assertEqual(set(self.nx('versions', '-')),
                          {'--json', '--restore', '--to', '--help'})
+        self.assertEqual(set(self.nx('send', '-')),
+                         {'-p', '-o', '--json', '--resume', '--help'})
         # snapshot run MNT -- COMMAND ARGS: a command, then files
         self.assertIn('true', self.nx('snapshot', 'run', self.work, '--',
                                       'tru'))
@@ -155,6 +157,8 @@ class CompletionTest(nx.NxTestCase):
                 (('snapshot', 'delete', img, 'my\\ '), ['my snap']),
                 (('export', '-f', img, 'a'), ["a'b=c"]),
                 (('diff', img, 'monday', 't'), ['tab\there']),
+                (('send', img, 'mo'), ['monday']),
+                (('send', img, 'monday', '-p', 't'), ['tab\there']),
                 (('restore', '-v', img, '--', '-d'), ['-dash'])):
             self.assertEqual(self.shell_words(self.nx(*words)), want,
                              words)
