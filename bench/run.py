@@ -59,11 +59,19 @@ def log(msg):
     print(msg, file=sys.stderr, flush=True)
 
 
+def daemon_in(build):
+    """BUILD's nextfs-fuse: src/fuse/, or src/cli/ in builds of older
+    trees (to run the bench on a build of one)."""
+    new = os.path.join(build, 'src', 'fuse', 'nextfs-fuse')
+    old = os.path.join(build, 'src', 'cli', 'nextfs-fuse')
+    return old if not os.path.exists(new) and os.path.exists(old) else new
+
+
 def parse_args(argv):
     ap = argparse.ArgumentParser(
         description='Benchmark nextfs-fuse against fuse2fs and kernel ext4.')
     ap.add_argument('--build', default=os.path.join(SRCROOT, 'build'),
-                    help='meson build directory with src/cli/nextfs-fuse '
+                    help='meson build directory with src/fuse/nextfs-fuse '
                     '(default: build)')
     ap.add_argument('--quick', action='store_true',
                     help='1 repetition, smaller sizes (about 2 minutes)')
@@ -160,8 +168,7 @@ def build_info(build):
                                 '--dirty'])
     # nextfs-fuse -V: its libfuse and libext2fs, and which crc32c it runs
     try:
-        p = subprocess.run([os.path.join(build, 'src', 'cli', 'nextfs-fuse'),
-                            '-V'], stdout=subprocess.PIPE,
+        p = subprocess.run([daemon_in(build), '-V'], stdout=subprocess.PIPE,
                            stderr=subprocess.STDOUT, text=True, timeout=10)
         info['version'] = '; '.join(p.stdout.strip().splitlines())
     except (OSError, subprocess.SubprocessError):
@@ -283,7 +290,7 @@ def main(argv):
             raise SystemExit('unknown workload %s' % w)
         if w in NEEDS and NEEDS[w] not in wl:
             wl.append(NEEDS[w])
-    fuse_bin = os.path.join(args.build, 'src', 'cli', 'nextfs-fuse')
+    fuse_bin = daemon_in(args.build)
     cli = os.path.join(args.build, 'src', 'cli', 'nextfs')
     out_path = args.out or 'bench-results-%s.json' % \
         datetime.datetime.now().strftime('%Y%m%d-%H%M%S')

@@ -100,6 +100,7 @@ struct nx_fuse {
 	struct nx_idmap idmap;		/* -o fakeroot (idmap.h) */
 	uint32_t gen_salt;		/* from the volume UUID: nx_fuse_generation */
 	unsigned max_read;		/* -o max_read, <= NX_MAX_READ */
+	unsigned read_ahead_kb;		/* the window fuse_main.c set, or 0 */
 	errcode_t close_err;		/* result of closing the volume */
 	/* snapshot views (snap_ops.c) */
 	fuse_ino_t space;		/* snapshot id << 32; 0 for the live tree */
@@ -244,7 +245,7 @@ int nx_fuse_loop(struct fuse_session *se);
  * flight at a time.  Reads run outside the volume lock, so a larger
  * window is served in parallel: measured on a cold 1 GiB file, 128 KiB:
  * 260-550 MB/s, 4096 KiB: 1.1-1.2 GB/s.  Set through sysfs after the
- * mount, which needs root.
+ * mount, which needs root, and kept by the INIT reply.
  */
 #define NX_DEFAULT_READ_AHEAD_KB	4096U
 #define NX_MAX_READ_AHEAD_KB		65536U
@@ -256,6 +257,8 @@ struct nx_fuse_config {
 					   /proc/self/fd/N: the directory the
 					   path led to when it was resolved),
 					   or NULL: MOUNTPOINT */
+	int mount_fd;			/* the directory mounted on, held open
+					   from before the mount; or -1 */
 	int rdonly;			/* -o ro */
 	int foreground;			/* -f (or -d) */
 	int singlethread;		/* -s */

@@ -30,25 +30,10 @@
 #include <et/com_err.h>
 #include "nextfs/nxioctl.h"
 #include "nextfs/delta.h"
+#include "nextfs/safepath.h"
 #include "nextfs/snaptool.h"
 #include "cli.h"
 #include "output.h"
-#include "safepath.h"
-
-int nx_cli_open_image(const char *image, struct nx_volume **vol)
-{
-	char msg[512] = "";
-	errcode_t err;
-
-	if (nx_cli_pin_image(image))
-		return NX_CLI_FAIL;
-	err = nx_volume_open(image, NX_VOL_RDONLY, vol, msg, sizeof(msg));
-	if (err) {
-		nx_cli_error("%s", msg[0] ? msg : error_message(err));
-		return NX_CLI_FAIL;
-	}
-	return 0;
-}
 
 static char type_char(mode_t type)
 {
@@ -225,36 +210,13 @@ out:
 	return rc;
 }
 
-static void diff_usage(FILE *out)
+int nx_cmd_diff(struct nx_cli_args *a)
 {
-	fprintf(out,
-		"usage: nextfs diff [-F] IMAGE_OR_MOUNTPOINT OLD [NEW]\n"
-		"\n"
-		"List what changed from snapshot OLD to snapshot NEW (default: the\n"
-		"live tree): '- PATH' removed, '+ PATH' created, 'M PATH' changed,\n"
-		"'R OLD -> NEW' renamed.  -F adds the file type.\n");
-}
-
-int nx_cmd_diff(int argc, char **argv)
-{
-	const char *args[3] = { NULL, NULL, NULL };
-	int n, show_type = 0, rc;
-	const struct nx_cli_opt opts[] = {
-		{ "-F", &show_type, 1 },
-		{ NULL, NULL, 0 },
-	};
 	struct stat st;
 
-	rc = nx_cli_parse(argc, argv, "diff", opts, args, 3, &n);
-	if (rc == NX_CLI_HELP) {
-		diff_usage(stdout);
-		return NX_CLI_OK;
-	}
-	if (rc || n < 2 || n > 3) {
-		diff_usage(stderr);
-		return NX_CLI_USAGE;
-	}
-	if (stat(args[0], &st) == 0 && S_ISDIR(st.st_mode))
-		return diff_mount(args[0], args[1], args[2], show_type);
-	return diff_image(args[0], args[1], args[2], show_type);
+	if (stat(a->pos[0], &st) == 0 && S_ISDIR(st.st_mode))
+		return diff_mount(a->pos[0], a->pos[1], a->pos[2],
+				  a->opt[NX_OPT_TYPES]);
+	return diff_image(a->pos[0], a->pos[1], a->pos[2],
+			  a->opt[NX_OPT_TYPES]);
 }

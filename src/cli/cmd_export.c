@@ -16,20 +16,9 @@
 #include <sys/stat.h>
 #include <et/com_err.h>
 #include "nextfs/devname.h"
+#include "nextfs/safepath.h"
 #include "nextfs/snaptool.h"
 #include "cli.h"
-#include "safepath.h"
-
-static void export_usage(FILE *out)
-{
-	fprintf(out,
-		"usage: nextfs export [-f|--force] IMAGE NAME OUT.img\n"
-		"       nextfs export IMAGE NAME - > stream.img\n"
-		"\n"
-		"Write snapshot NAME of the unmounted volume IMAGE as a standalone\n"
-		"sparse ext2/3/4 image without snapshots, or to stdout ('-').\n"
-		"An existing OUT.img is replaced only with --force.\n");
-}
 
 static int same_file(const char *a, const char *b)
 {
@@ -242,25 +231,7 @@ out:
 	return rc;
 }
 
-int nx_cmd_export(int argc, char **argv)
+int nx_cmd_export(struct nx_cli_args *a)
 {
-	const char *args[3];
-	int n, force = 0, rc;
-	const struct nx_cli_opt opts[] = {
-		{ "-f|--force", &force, 1 },
-		{ NULL, NULL, 0 },
-	};
-
-	rc = nx_cli_parse(argc, argv, "export", opts, args, 3, &n);
-	if (rc == NX_CLI_HELP) {
-		export_usage(stdout);
-		return NX_CLI_OK;
-	}
-	if (rc)
-		return rc;
-	if (n != 3) {
-		export_usage(stderr);
-		return NX_CLI_USAGE;
-	}
-	return do_export(args[0], args[1], args[2], force);
+	return do_export(a->pos[0], a->pos[1], a->pos[2], a->opt[NX_OPT_FORCE]);
 }

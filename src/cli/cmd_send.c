@@ -28,35 +28,16 @@
 #include <sys/stat.h>
 #include <et/com_err.h>
 #include "nextfs/nxioctl.h"
+#include "nextfs/safepath.h"
 #include "nextfs/send.h"
 #include "nextfs/snaptool.h"
 #include "cli.h"
 #include "output.h"
-#include "safepath.h"
 
 struct send_args {
 	const char *source, *name, *parent, *out, *resume;
 	int json;
 };
-
-static void send_usage(FILE *out)
-{
-	fprintf(out,
-		"usage: nextfs send [-p PARENT] IMAGE_OR_MOUNTPOINT NAME "
-		"[-o FILE] [--json]\n"
-		"                   [--resume TOKEN]\n"
-		"\n"
-		"Write snapshot NAME as a btrfs send stream (version 1) to "
-		"FILE or stdout:\n"
-		"all of it, or with -p only what changed since snapshot "
-		"PARENT.  Apply it\n"
-		"with \"nextfs receive\" or \"btrfs receive\".  --json reports "
-		"on stderr.\n"
-		"--resume TOKEN (from an interrupted \"nextfs receive\"): only "
-		"the rest of\n"
-		"that stream, after checking that the token names this snapshot "
-		"pair.\n");
-}
 
 /* ------------------------------------------------------------------ */
 /* Reading the snapshots through the mount.                            */
@@ -104,35 +85,15 @@ static errcode_t mr_readlink(struct nx_send_reader *rd, int s,
 			     ext2_ino_t ino, const char *path, char **target)
 {
 	struct mount_reader *mr = (struct mount_reader *)rd;
-	size_t size = 256;
-	char *base = NULL, *buf = NULL, *more;
+	char *base = NULL;
 	int dir = nx_sp_open_parent(mr->root[s], path + 1, &base);
 	errcode_t err = 0;
-	ssize_t n;
 
 	if (dir < 0)
 		return errno;
-	for (;;) {
-		more = realloc(buf, size);
-		if (!more) {
-			err = ENOMEM;
-			break;
-		}
-		buf = more;
-		n = readlinkat(dir, base, buf, size);
-		if (n < 0) {
-			err = errno;
-			break;
-		}
-		if ((size_t)n < size) {
-			buf[n] = 0;
-			*target = buf;
-			buf = NULL;
-			break;
-		}
-		size *= 2;
-	}
-	free(buf);
+	*target = nx_sp_readlink(dir, base, NULL);
+	if (!*target)
+		err = errno;
 	free(base);
 	close(dir);
 	return err;
@@ -411,50 +372,16 @@ out:
 	return rc;
 }
 
-int nx_cmd_send(int argc, char **argv)
+int nx_cmd_send(struct nx_cli_args *a)
 {
-	struct send_args a = { 0 };
-	const char *pos[2];
-	int i, n = 0, rest = 0;
+	struct send_args sa = {
+		.source = a->pos[0], .name = a->pos[1],
+		.parent = a->val[NX_OPT_PARENT], .out = a->val[NX_OPT_OUTPUT],
+		.resume = a->val[NX_OPT_RESUME], .json = a->opt[NX_OPT_JSON],
+	};
 	struct stat st;
 
-	for (i = 1; i < argc; i++) {
-		const char *arg = argv[i];
-
-		if (!rest && (!strcmp(arg, "-h") || !strcmp(arg, "--help"))) {
-			send_usage(stdout);
-			return NX_CLI_OK;
-		}
-		if (!rest && !strcmp(arg, "--")) {
-			rest = 1;
-		} else if (!rest && (!strcmp(arg, "-p") || !strcmp(arg, "-o") ||
-				     !strcmp(arg, "--resume"))) {
-			if (i + 1 == argc) {
-				nx_cli_error("send: %s needs a value", arg);
-				send_usage(stderr);
-				return NX_CLI_USAGE;
-			}
-			*(arg[1] == 'p' ? &a.parent : arg[1] == 'o' ? &a.out :
-			  &a.resume) = argv[++i];
-		} else if (!rest && !strcmp(arg, "--json")) {
-			a.json = 1;
-		} else if (!rest && arg[0] == '-' && arg[1]) {
-			nx_cli_error("send: unknown option %s", arg);
-			send_usage(stderr);
-			return NX_CLI_USAGE;
-		} else if (n < 2) {
-			pos[n++] = arg;
-		} else {
-			n++;
-		}
-	}
-	if (n != 2) {
-		send_usage(stderr);
-		return NX_CLI_USAGE;
-	}
-	a.source = pos[0];
-	a.name = pos[1];
-	if (stat(a.source, &st) == 0 && S_ISDIR(st.st_mode))
-		return send_mount(&a);
-	return send_image(&a);
+	if (stat(sa.source, &st) == 0 && S_ISDIR(st.st_mode))
+		return send_mount(&sa);
+	return send_image(&sa);
 }

@@ -31,10 +31,11 @@
 #include <sys/xattr.h>
 #include <linux/fs.h>
 #include "nextfs/delta.h"
+#include "nextfs/grow.h"
 #include "nextfs/nxioctl.h"
+#include "nextfs/safepath.h"
 #include "nextfs/snapshot.h"
 #include "cli.h"
-#include "safepath.h"
 
 struct mwsrc {
 	struct nx_delta_source src;	/* first: the source is the walker */
@@ -136,7 +137,7 @@ struct mframe {
 	ext2_ino_t ext;		/* its inode number in the tree */
 	size_t rlen;		/* the path up to it */
 	struct msub *subs;	/* its subdirectories */
-	size_t nsubs, next;
+	size_t nsubs, scap, next;
 };
 
 struct mwalk {
@@ -155,14 +156,17 @@ static size_t rel_at(struct mwalk *w, size_t len, const char *name)
 
 static int add_sub(struct mframe *f, const char *name, ino_t st_ino)
 {
-	struct msub *more = realloc(f->subs, (f->nsubs + 1) * sizeof(*more));
+	struct msub *sub;
 
-	if (!more)
+	if (nx_grow((void **)&f->subs, &f->scap, f->nsubs, sizeof(*sub), 16)) {
+		errno = ENOMEM;
 		return -1;
-	f->subs = more;
-	more[f->nsubs].st_ino = st_ino;
-	more[f->nsubs].name = strdup(name);
-	return more[f->nsubs++].name ? 0 : -1;
+	}
+	sub = &f->subs[f->nsubs];
+	sub->st_ino = st_ino;
+	sub->name = strdup(name);
+	f->nsubs++;		/* freed with the frame, even if NULL */
+	return sub->name ? 0 : -1;
 }
 
 /* Remember the entry at REL (stat ST) in the directory PARENT. */
@@ -275,20 +279,13 @@ static int push_dir(struct mwalk *w, int fd, char *name, ino_t st_ino)
 {
 	struct mframe *f, *up = w->n ? &w->f[w->n - 1] : NULL;
 
-	if (w->n == w->cap) {
-		size_t cap = w->cap ? 2 * w->cap : 64;
-		struct mframe *more = realloc(w->f, cap * sizeof(*more));
-
-		if (!more) {
-			close(fd);
-			free(name);
-			errno = ENOMEM;
-			return -1;
-		}
-		w->f = more;
-		w->cap = cap;
-		up = w->n ? &w->f[w->n - 1] : NULL;
+	if (nx_grow((void **)&w->f, &w->cap, w->n, sizeof(*w->f), 64)) {
+		close(fd);
+		free(name);
+		errno = ENOMEM;
+		return -1;
 	}
+	up = w->n ? &w->f[w->n - 1] : NULL;	/* the array may have moved */
 	f = &w->f[w->n++];
 	memset(f, 0, sizeof(*f));
 	f->fd = fd;

@@ -231,6 +231,12 @@ static void nx_op_init(void *userdata, struct fuse_conn_info *conn)
 	conn->max_read = fs->max_read;	/* as fuse_main.c mounted it */
 	if (conn->max_readahead > NX_MAX_READAHEAD)
 		conn->max_readahead = NX_MAX_READAHEAD;
+	/*
+	 * The kernel keeps the smaller of the window fuse_main.c set through
+	 * sysfs before INIT and this: keep that window (it offers 128 KiB).
+	 */
+	if (conn->max_readahead < fs->read_ahead_kb << 10)
+		conn->max_readahead = fs->read_ahead_kb << 10;
 	/* Nanoseconds only where inodes have the *_extra fields. */
 	conn->time_gran = EXT2_INODE_SIZE(fs->vol->fs->super) >
 			  EXT2_GOOD_OLD_INODE_SIZE ? 1 : 1000000000;
