@@ -122,7 +122,78 @@ def summarize(res):
                                    and raw else None)
     summ['snapshots'] = _summarize_snapshots(res)
     summ['snapdir'] = _summarize_snapdir(res)
+    summ['aged'] = _summarize_aged(res)
+    summ['repl'] = _summarize_repl(res)
     return summ
+
+
+DIFF_MOUNTED_VS_OFFLINE_MAX = 2.0       # issue 26 point 5
+SEND_VS_TAR_MIN = 2.0                   # issue 26 point 4
+SEND_INC_TIME_MAX = 0.05
+SEND_INC_SIZE_MAX = 1.1
+
+
+def _summarize_repl(res):
+    """Medians of the diff (and send) numbers over the repetitions."""
+    reps = [r for r in res.get('repl', []) if 'error' not in r]
+    if not reps:
+        return {}
+    d = [r['diff'] for r in reps if 'diff' in r]
+    out = {}
+    if d:
+        out['diff_files'] = d[0]['files']
+        out['diff_changed'] = d[0]['changed']
+        out['diff_mounted_seconds'] = median([x['mounted'] for x in d])
+        out['diff_offline_seconds'] = median([x['offline'] for x in d])
+        out['diff_mounted_vs_offline'] = _ratio(
+            out['diff_mounted_seconds'], out['diff_offline_seconds'])
+        out['diff_verdict'] = verdict(out['diff_mounted_vs_offline'],
+                                      maximum=DIFF_MOUNTED_VS_OFFLINE_MAX)
+        out['diff_same_output'] = all(x['same_output'] for x in d)
+    sd = [r['send'] for r in reps if 'send' in r]
+    if sd:
+        for k in ('files', 'tree_bytes', 'changed_bytes'):
+            out['send_' + k] = sd[0][k]
+        for k in ('full_seconds', 'tar_seconds', 'inc_seconds',
+                  'full_bytes', 'inc_bytes', 'full_vs_tar',
+                  'inc_time_share', 'inc_size_vs_changed'):
+            out['send_' + k] = median([x[k] for x in sd])
+        out['send_full_verdict'] = verdict(out['send_full_vs_tar'],
+                                           minimum=SEND_VS_TAR_MIN)
+        out['send_inc_time_verdict'] = verdict(out['send_inc_time_share'],
+                                               maximum=SEND_INC_TIME_MAX)
+        out['send_inc_size_verdict'] = verdict(
+            out['send_inc_size_vs_changed'], maximum=SEND_INC_SIZE_MAX)
+    return out
+
+
+def _summarize_aged(res):
+    """Medians of the writes on fresh and aged volumes, per system; the
+    ratio aged/fresh, and nextfs/other on the aged volume."""
+    reps = res.get('aged') or []
+    if not reps:
+        return {}
+    out = {'pattern': reps[0].get('pattern'), 'bytes': reps[0].get('bytes'),
+           'systems': {}}
+    for sysname in ('nextfs', 'fuse2fs', 'kernel'):
+        runs = [r.get(sysname) or {} for r in reps]
+        fresh = median(_values(runs, 'fresh'))
+        aged = median(_values(runs, 'aged'))
+        if fresh is None and aged is None:
+            continue
+        out['systems'][sysname] = {
+            'fresh_mib_s': fresh, 'aged_mib_s': aged,
+            'aged_vs_fresh': _ratio(aged, fresh),
+            'aged_daemon_cpu_seconds': median(
+                _values(runs, 'aged', 'daemon_cpu_seconds')),
+            'fresh_daemon_cpu_seconds': median(
+                _values(runs, 'fresh', 'daemon_cpu_seconds'))}
+    nx = out['systems'].get('nextfs', {})
+    for other in ('fuse2fs', 'kernel'):
+        o = out['systems'].get(other, {})
+        out['nextfs_vs_%s_aged' % other] = _ratio(nx.get('aged_mib_s'),
+                                                  o.get('aged_mib_s'))
+    return out
 
 
 def _median_ops(reps, key):
@@ -336,8 +407,74 @@ def print_tables(res, out):
     _print_spread(res, out)
     for note in meta.get('notes', []):
         w('note: %s\n' % note)
+    _print_aged(res, out)
     _print_snapshots(res, out)
     _print_snapdir(res, out)
+    _print_repl(res, out)
+
+
+def _print_repl(res, out):
+    s = res['summary'].get('repl') or {}
+    for r in res.get('repl', []):
+        if r.get('error'):
+            out.write('\ndiff/send: not available: %s\n' % r['error'])
+    if not s.get('diff_files'):
+        return
+    out.write('\nnextfs diff of two snapshots, %d files, %d changed '
+              '(target: mounted <= %gx offline)\n' % (
+                  s['diff_files'], s['diff_changed'],
+                  DIFF_MOUNTED_VS_OFFLINE_MAX))
+    out.write('  %-40s %13s\n' % ('on the mountpoint (the daemon\'s delta)',
+                                  _ms(s['diff_mounted_seconds'])))
+    out.write('  %-40s %13s\n' % ('on the unmounted image',
+                                  _ms(s['diff_offline_seconds'])))
+    out.write('  %-40s %13s  %s%s\n' % (
+        'mounted / offline', _fmt(s['diff_mounted_vs_offline']),
+        s['diff_verdict'], '' if s['diff_same_output'] else
+        '  (OUTPUTS DIFFER)'))
+    if not s.get('send_files'):
+        return
+    out.write('\nnextfs send from the mountpoint, %d files (%s), 1%% '
+              'changed (%.0f KiB)\n' % (
+                  s['send_files'], _mib(s['send_tree_bytes'] / 1048576.0),
+                  s['send_changed_bytes'] / 1024.0))
+    out.write('  %-40s %13s\n' % ('tar -c of .snapshots/NAME',
+                                  _ms(s['send_tar_seconds'])))
+    out.write('  %-40s %13s  %sx tar (target >= %gx) %s\n' % (
+        'full send', _ms(s['send_full_seconds']),
+        _fmt(s['send_full_vs_tar']), SEND_VS_TAR_MIN,
+        s['send_full_verdict']))
+    out.write('  %-40s %13s  %.1f%% of full (target <= %g%%) %s\n' % (
+        'incremental send', _ms(s['send_inc_seconds']),
+        100 * s['send_inc_time_share'], 100 * SEND_INC_TIME_MAX,
+        s['send_inc_time_verdict']))
+    out.write('  %-40s %13s  %sx the changed data (target <= %gx) %s\n' % (
+        'incremental stream', '%d B' % s['send_inc_bytes'],
+        _fmt(s['send_inc_size_vs_changed']), SEND_INC_SIZE_MAX,
+        s['send_inc_size_verdict']))
+
+
+def _print_aged(res, out):
+    a = res['summary'].get('aged') or {}
+    if not a.get('systems'):
+        return
+    w = out.write
+    w('\nwrite of %d MiB (1 MiB writes, fsync+sync) on a fresh volume and '
+      'on an aged one\n(free space cut into %s: runs of free and used '
+      'blocks in turn)\n' % ((a.get('bytes') or 0) // MIB, a.get('pattern')))
+    w('%-8s %12s %12s %11s %s\n' % ('system', 'fresh MiB/s', 'aged MiB/s',
+                                    'aged/fresh', ' daemon CPU s fresh/aged'))
+    for sysname, r in a['systems'].items():
+        cpu = ''
+        if r.get('aged_daemon_cpu_seconds') is not None:
+            cpu = '  %s / %s' % (_fmt(r.get('fresh_daemon_cpu_seconds')),
+                                 _fmt(r.get('aged_daemon_cpu_seconds')))
+        w('%-8s %12s %12s %11s %s\n' % (
+            sysname, _fmt(r.get('fresh_mib_s')), _fmt(r.get('aged_mib_s')),
+            _fmt(r.get('aged_vs_fresh')), cpu))
+    w('on the aged volume: nextfs/fuse2fs %s, nextfs/kernel %s\n' % (
+        _fmt(a.get('nextfs_vs_fuse2fs_aged')),
+        _fmt(a.get('nextfs_vs_kernel_aged'))))
 
 
 def _print_snapdir(res, out):
@@ -647,6 +784,17 @@ def compare(old_path, new_path, out):
         ch = '%+.0f%%' % ((b / a - 1) * 100) if a and b else '-'
         w('%-28s %12s %12s %8s\n' % ('device ceiling ' + k[:-6], _fmt(a),
                                      _fmt(b), ch))
+    ao = (old['summary'].get('aged') or {}).get('systems') or {}
+    an = (new['summary'].get('aged') or {}).get('systems') or {}
+    for sysname in ('nextfs', 'fuse2fs', 'kernel'):
+        for k in ('fresh_mib_s', 'aged_mib_s'):
+            a = (ao.get(sysname) or {}).get(k)
+            b = (an.get(sysname) or {}).get(k)
+            if a is None and b is None:
+                continue
+            ch = '%+.0f%%' % ((b / a - 1) * 100) if a and b else '-'
+            w('%-28s %12s %12s %8s\n' % ('write %s %s' % (k[:-6], sysname),
+                                         _fmt(a), _fmt(b), ch))
     for k in ('overwrite_ratio', 'overwrite_device_ratio',
               'randwrite_ratio', 'amplification',
               'read_ratio', 'take_1GiB_median_s', 'take_1TiB_median_s',

@@ -155,7 +155,13 @@ errcode_t nx_fmap_replace(struct nx_fmap *m, blk64_t lblk, blk64_t len,
 /* Mark [LBLK, LBLK + LEN) written (TO_UNINIT = 0) or unwritten. */
 errcode_t nx_fmap_convert(struct nx_fmap *m, blk64_t lblk, blk64_t len,
 			  int to_uninit);
-/* Allocate up to WANT free blocks at or after GOAL, keeping SLACK free. */
+/*
+ * Allocate one run of up to WANT free blocks, keeping SLACK free: at GOAL
+ * if it is free, else the next run worth a seek from GOAL on (around the
+ * end of the volume), else the next free run, however short.  Bounded
+ * (falloc.c); ENOSPC only when no block is free beyond SLACK and the
+ * reserves (root-reserved blocks, an active snapshot's).
+ */
 errcode_t nx_fmap_new_blocks(struct nx_volume *vol, blk64_t goal,
 			     blk64_t want, blk64_t slack, blk64_t *pblk,
 			     blk64_t *got);

@@ -2,7 +2,13 @@
  * fuse_ops.h - the FUSE front end of nextfs (libfuse3 low-level API).
  *
  * Contract: FUSE node ids are inode numbers (FUSE_ROOT_ID <-> ext2 inode
- * 2, everything else identity; generation = i_generation), never paths.
+ * 2, everything else identity), never paths; the generation is
+ * i_generation mixed with the volume's UUID (nx_fuse_generation).  A
+ * node id and its generation are all a file handle holds (the kernel's
+ * export support: NFS servers, open_by_handle_at), so any node id ever
+ * handed out is decoded from its bits alone - after the kernel forgot it
+ * and after a restart - by LOOKUP(node id, "."), and its parent by
+ * LOOKUP(node id, ".."); docs/nfs.md.
  * Every operation runs the fs layer under the volume's big lock; only a
  * file read does its device I/O after the lock is dropped (the block
  * map is resolved under it; blkio.h says why that is safe), splicing the
@@ -92,7 +98,9 @@ struct nx_fuse {
 	int dont_mask;			/* POSIX ACLs: the umask is ours */
 	double timeout;			/* NX_FUSE_TIMEOUT unless tuned */
 	struct nx_idmap idmap;		/* -o fakeroot (idmap.h) */
+	uint32_t gen_salt;		/* from the volume UUID: nx_fuse_generation */
 	unsigned max_read;		/* -o max_read, <= NX_MAX_READ */
+	unsigned read_ahead_kb;		/* the window fuse_main.c set, or 0 */
 	errcode_t close_err;		/* result of closing the volume */
 	/* snapshot views (snap_ops.c) */
 	fuse_ino_t space;		/* snapshot id << 32; 0 for the live tree */
@@ -142,7 +150,11 @@ extern const struct fuse_lowlevel_ops nx_fuse_ops;
  * that would change a view fails with EROFS.  "/.snapshots" is hidden
  * from every root directory listing: the live tree shows the virtual
  * directory on lookup only (like ZFS's hidden .zfs), so that find, du or
- * cp -a of the mount do not descend into every snapshot.
+ * cp -a of the mount do not descend into every snapshot.  (One reader
+ * sees it listed in "/": the kernel's own open of "/" - flags exactly
+ * O_RDONLY - with which exportfs looks for the name of a directory it
+ * reconnects to decode a file handle; without it no handle of .snapshots
+ * or of a directory in a snapshot could be decoded: docs/nfs.md.)
  */
 #define NX_NODE_INO_MASK	0xffffffffULL
 #define NX_NODE_SPACE_SHIFT	32
@@ -158,7 +170,9 @@ extern __thread struct nx_fuse *nx_fuse_current;
  * snapshot NAME as a read-only regular file, the snapshot as a
  * standalone ext image (image.h), readable by root and the user who runs
  * the daemon; like .snapshots it is found by lookup only (no listing of
- * "/" shows it) and only in the live tree's root.  Its node id is
+ * "/" shows it, but for the kernel's own, next to .snapshots: a handle
+ * of the directory is reconnected like one of .snapshots) and only in
+ * the live tree's root.  Its node id is
  * NX_IMGDIR_NODEID; the image of snapshot ID has node id ID << 32 (ext
  * inode 0 of that snapshot's space: no view node has it).
  * nx_fuse_images_changed() (called when .snapshots changed, without the
@@ -183,6 +197,8 @@ void nx_fuse_images_changed(struct nx_fuse *live);
  * inode, is never a visible file.
  */
 #define NX_SNAPDIR_STINO	1ULL
+/* ... and MNT/.snapshot-images inode 6, ext's undelete directory. */
+#define NX_IMGDIR_STINO		6ULL
 
 static inline uint64_t nx_fuse_st_ino(const struct nx_fuse *fs,
 				      ext2_ino_t ino)
@@ -190,6 +206,23 @@ static inline uint64_t nx_fuse_st_ino(const struct nx_fuse *fs,
 	uint64_t st_ino = fs->ino_base + ino;
 
 	return fs->ino32 ? (uint32_t)st_ino : st_ino;
+}
+
+/*
+ * The generation the kernel keeps with a node id and puts in its file
+ * handles.  i_generation tells a reused inode number from the file that
+ * had it before (nx_inode_new() numbers new inodes consecutively from a
+ * random start: a new file gets its number's old generation only by a 1
+ * in 2^32 chance); the salt, taken from the volume's UUID at init,
+ * makes a handle of another volume - a copy of this image given a new
+ * UUID, say - stale here instead of opening the file that has the same
+ * number.  The root always has 0: the kernel insists (and keeps 0 for
+ * it whatever we say), so a handle of "/" fits every volume.
+ */
+static inline uint32_t nx_fuse_generation(const struct nx_fuse *fs,
+					  uint32_t i_generation)
+{
+	return i_generation ^ fs->gen_salt;
 }
 
 /* Is NAME in directory DIR the hidden snapshot directory? */
@@ -234,7 +267,7 @@ int nx_fuse_loop(struct fuse_session *se);
  * flight at a time.  Reads run outside the volume lock, so a larger
  * window is served in parallel: measured on a cold 1 GiB file, 128 KiB:
  * 260-550 MB/s, 4096 KiB: 1.1-1.2 GB/s.  Set through sysfs after the
- * mount, which needs root.
+ * mount, which needs root, and kept by the INIT reply.
  */
 #define NX_DEFAULT_READ_AHEAD_KB	4096U
 #define NX_MAX_READ_AHEAD_KB		65536U
@@ -242,6 +275,12 @@ int nx_fuse_loop(struct fuse_session *se);
 struct nx_fuse_config {
 	const char *device;		/* absolute path of image or device */
 	const char *mountpoint;		/* absolute path */
+	const char *mount_name;		/* what libfuse mounts on (it may be
+					   /proc/self/fd/N: the directory the
+					   path led to when it was resolved),
+					   or NULL: MOUNTPOINT */
+	int mount_fd;			/* the directory mounted on, held open
+					   from before the mount; or -1 */
 	int rdonly;			/* -o ro */
 	int foreground;			/* -f (or -d) */
 	int singlethread;		/* -s */

@@ -32,6 +32,19 @@
  * and the snapshot list need, and what udev shows every user anyway.
  * Never the directory hash seed (docs/security.md).
  *
+ * NX_IOC_DELTA_START (any file or directory): the daemon classifies what
+ * changed from snapshot old_id to snapshot new_id (0: the live tree; with
+ * NX_IOC_DELTA_FULL from an empty tree) with the snapshots' block maps
+ * (delta.h), under the volume lock, and keeps the encoded delta
+ * (nx_delta_encode) for NX_IOC_DELTA_READ, which hands it out in chunks
+ * at the offsets asked (a restricted ioctl carries less than 16 KiB each
+ * way).  The handle is random and only the user who started it may read
+ * it; a delta is dropped once its last byte was read, and the oldest is
+ * dropped when NX_DELTA_SESSIONS are kept.  Only root (after -o fakeroot)
+ * and the user who mounted the volume may start one (EPERM for others,
+ * who walk the trees instead: names in directories they cannot read are
+ * never shown to them; docs/security.md).
+ *
  * MNT/.snapshot-images/NAME (NX_IMGDIR_NAME) is snapshot NAME as a
  * standalone image file (image.h; docs/snapshots.md).  NX_IOC_IMG_CHANGES
  * (on such a file, open; old_id's image open too, by the same or another
@@ -39,6 +52,9 @@
  * content, as nx_imgsrc_changes() gives it: up to max (at most
  * NX_IOC_IMG_RUNS) runs from block start on, and where to go on.  For
  * "nextfs export --since" on a mounted volume.
+ *
+ * Numbers 0xF0-0xF2 for the delta and image ioctls: 0xE5-0xEF are left
+ * to the other commands' ioctls.
  */
 #ifndef NEXTFS_NXIOCTL_H
 #define NEXTFS_NXIOCTL_H
@@ -109,12 +125,38 @@ struct nx_ioc_img_changes {
 	struct nx_ioc_img_run run[NX_IOC_IMG_RUNS];
 };
 
-#define NX_IOC_IMG_CHANGES	_IOWR('N', 0xE5, struct nx_ioc_img_changes)
+#define NX_IOC_IMG_CHANGES	_IOWR('N', 0xF2, struct nx_ioc_img_changes)
 
 #define NX_IOC_OPSTATS_SIZE	4096
 struct nx_ioc_opstats {
 	char text[NX_IOC_OPSTATS_SIZE];
 };
 #define NX_IOC_GET_OPSTATS	_IOR('N', 0xE4, struct nx_ioc_opstats)
+
+#define NX_IOC_DELTA_FULL	0x1	/* from an empty tree */
+#define NX_IOC_DELTA_EXTENTS	0x2	/* changed extents of regular files */
+
+struct nx_ioc_delta_start {
+	uint32_t old_id;		/* in: snapshot id */
+	uint32_t new_id;		/* in: snapshot id, 0 = the live tree */
+	uint32_t flags;			/* in: NX_IOC_DELTA_* */
+	uint32_t pad;
+	uint64_t handle;		/* out */
+	uint64_t size;			/* out: bytes of the encoded delta */
+};
+
+#define NX_DELTA_SESSIONS	4
+#define NX_IOC_DELTA_CHUNK	(16384 - 64)
+
+struct nx_ioc_delta_read {
+	uint64_t handle;		/* in */
+	uint64_t offset;		/* in */
+	uint32_t len;			/* out: bytes in data */
+	uint32_t pad;
+	char data[NX_IOC_DELTA_CHUNK];
+};
+
+#define NX_IOC_DELTA_START	_IOWR('N', 0xF0, struct nx_ioc_delta_start)
+#define NX_IOC_DELTA_READ	_IOWR('N', 0xF1, struct nx_ioc_delta_read)
 
 #endif

@@ -70,6 +70,24 @@ errcode_t nx_snap_find(struct nx_volume *vol, const char *name,
 int nx_snap_count(struct nx_volume *vol);
 
 /*
+ * A snapshot's UUID (ident.c; docs/replication.md): the version-5
+ * (SHA-1, RFC 4122) UUID in the namespace of the volume's UUID of the
+ * name "nextfs-snapshot:ID:SEC.NSEC" - the snapshot id and its take time
+ * in decimal, nanoseconds as 9 digits.  Stable (the same on every open,
+ * from any reader, mounted or not: nothing is stored), never reused (ids
+ * are never reused on a volume, and two copies of one image that take a
+ * snapshot under the same id at different times get different UUIDs),
+ * and different on every volume.  Changing the volume's UUID (tune2fs
+ * -U) changes those of its snapshots.  The sender puts it into streams
+ * and the receiver compares it: this is the only place that derives it.
+ */
+void nx_snap_uuid(const unsigned char vol_uuid[16], uint32_t id,
+		  const struct timespec *taken, unsigned char out[16]);
+/* ... of snapshot INFO of VOL (its live volume or any of its views). */
+void nx_snap_uuid_of(struct nx_volume *vol, const struct nx_snapinfo *info,
+		     unsigned char out[16]);
+
+/*
  * Browsing without I/O (a listing of .snapshots costs what a directory of
  * that size costs): the IDX-th snapshot, oldest first, with blocks = 0;
  * the index of snapshot NAME (-1 if none); the index of the first

@@ -22,7 +22,9 @@
  *   (nextfs check uses FUSE).  Snapshots as standalone images (export):
  *   image.h.
  * - nx_snap_diff() reports the changes between snapshot OLD and snapshot
- *   NEW (or the live tree) as created/deleted/modified/renamed paths.
+ *   NEW (or the live tree) as created/deleted/modified/renamed paths;
+ *   nx_snap_delta() gives the per-inode delta they are made from
+ *   (delta.h), which "nextfs send" streams.
  *   Inodes whose inode-table block and block maps resolve to the same
  *   physical blocks in both trees are known unchanged without being read;
  *   only changed inodes are compared, and file content only for the
@@ -47,6 +49,7 @@
 #include <ext2fs/ext2fs.h>
 #include "nextfs/volume.h"
 #include "nextfs/snapshot.h"
+#include "nextfs/delta.h"
 
 /* Progress of a long operation: DONE out of TOTAL units of WHAT. */
 typedef void (*nx_progress_fn)(void *priv, const char *what, uint64_t done,
@@ -124,21 +127,6 @@ errcode_t nx_check(const char *device, int flags, nx_check_report_fn report,
 /* ------------------------------------------------------------------ */
 /* Diff. */
 
-#define NX_DIFF_ADDED		'+'
-#define NX_DIFF_REMOVED		'-'
-#define NX_DIFF_MODIFIED	'M'
-#define NX_DIFF_RENAMED		'R'
-
-struct nx_diff_entry {
-	int kind;			/* NX_DIFF_* */
-	mode_t type;			/* S_IFREG, S_IFDIR, ... */
-	const char *path;		/* "/a/b"; for R the old path */
-	const char *newpath;		/* R only */
-};
-
-/* Return non-zero to stop. */
-typedef int (*nx_diff_fn)(void *priv, const struct nx_diff_entry *e);
-
 /*
  * Changes from snapshot OLD to snapshot NEW (NULL: the live tree) of VOL
  * (opened read-only), sorted by path.  OLD must be older than NEW.  The
@@ -151,6 +139,19 @@ errcode_t nx_snap_diff(struct nx_volume *vol, const char *old_name,
 		       const char *new_name, nx_diff_fn fn, void *priv,
 		       const struct nx_progress *prog, char *msg,
 		       size_t msglen);
+
+/*
+ * The delta (delta.h) from snapshot OLD_ID to snapshot NEW_ID (0: the
+ * live tree) of VOL, from the block maps; NX_DELTA_FULL: from an empty
+ * tree (OLD_ID unused).  VOL is an image opened read-only (its lock held
+ * by the caller) or the daemon's live volume (its lock held throughout:
+ * the views resolve blocks through the live snapshot store).  The views
+ * used are the store's (nx_snap_view_get).  MSG says why on failure.
+ */
+errcode_t nx_snap_delta(struct nx_volume *vol, uint32_t old_id,
+			uint32_t new_id, unsigned flags,
+			const struct nx_progress *prog, struct nx_delta *delta,
+			char *msg, size_t msglen);
 
 /* ------------------------------------------------------------------ */
 /* Restore. */

@@ -67,6 +67,8 @@ struct nx_volume {
 	 */
 	int cow_active;
 	blk64_t cow_reserve;
+	blk64_t no_run_len;		/* falloc.c: no free run this long */
+	blk64_t no_run_free;		/* ...seen with this many blocks free */
 };
 
 /*

@@ -25,40 +25,19 @@
 #include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <et/com_err.h>
+#include "nextfs/devname.h"
 #include "nextfs/image.h"
 #include "nextfs/nxioctl.h"
+#include "nextfs/safepath.h"
 #include "nextfs/snapshot.h"
 #include "cli.h"
 #include "output.h"
-#include "safepath.h"
-
-static void export_usage(FILE *out)
-{
-	fprintf(out,
-		"usage: nextfs export [-f|--force] [--json] SOURCE NAME OUT.img\n"
-		"       nextfs export SOURCE NAME - > stream.img\n"
-		"       nextfs export --since OLD [--json] SOURCE NEW OUT.img\n"
-		"\n"
-		"Write snapshot NAME as a standalone sparse ext2/3/4 image without\n"
-		"snapshots, or to stdout ('-').  SOURCE is an unmounted image or\n"
-		"device, or a mounted nextfs volume (its mountpoint, or the image\n"
-		"it serves): the output is the same.  An existing OUT.img is\n"
-		"replaced only with --force.\n"
-		"\n"
-		"--since OLD: OUT.img (a file or block device) holds the export of\n"
-		"snapshot OLD of this volume; make it the export of NEW in place,\n"
-		"writing only the blocks that differ.  Anything else in OUT.img\n"
-		"is refused, and nothing is written.  An interrupted update is\n"
-		"completed by running the same command again.\n"
-		"\n"
-		"  --json   print what was written as one JSON object\n");
-}
 
 static int same_file(const char *a, const char *b)
 {
 	struct stat sa, sb;
 
-	return stat(a, &sa) == 0 && stat(b, &sb) == 0 &&
+	return nx_dev_stat(a, &sa) == 0 && stat(b, &sb) == 0 &&
 	       sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
 }
 
@@ -350,10 +329,6 @@ static int do_export(struct source *s, const char *name, const char *out,
 	errcode_t err;
 	int rc;
 
-	if (!strcmp(out, "-") && json) {
-		nx_cli_error("--json goes with an output file, not '-'");
-		return NX_CLI_USAGE;
-	}
 	rc = open_image(s, name, &src);
 	if (rc)
 		return rc;
@@ -517,11 +492,6 @@ static int do_since(struct source *s, const char *old, const char *name,
 	const char *what = "updated";
 	int fd = -1, how, rc;
 
-	if (!strcmp(out, "-")) {
-		nx_cli_error("--since updates OUT.img in place: it cannot be "
-			     "'-'");
-		return NX_CLI_USAGE;
-	}
 	rc = open_image(s, old, &so);
 	if (!rc)
 		rc = open_image(s, name, &sn);
@@ -586,72 +556,30 @@ out:
 
 /* ------------------------------------------------------------------ */
 
-/*
- * Take "--since OLD" / "--since=OLD" out of ARGV (options only: not
- * after "--").  0, or NX_CLI_USAGE after a message.
- */
-static int take_since(int *argc, char **argv, const char **since)
+int nx_cmd_export(struct nx_cli_args *a)
 {
-	int i, j = 1, done = 0;
-
-	*since = NULL;
-	for (i = 1; i < *argc; i++) {
-		const char *arg = argv[i];
-
-		if (!done && !strcmp(arg, "--"))
-			done = 1;
-		if (!done && !strncmp(arg, "--since=", 8)) {
-			*since = arg + 8;
-			continue;
-		}
-		if (!done && !strcmp(arg, "--since")) {
-			if (i + 1 >= *argc) {
-				nx_cli_error("export: --since needs the name "
-					     "of a snapshot");
-				return NX_CLI_USAGE;
-			}
-			*since = argv[++i];
-			continue;
-		}
-		argv[j++] = argv[i];
-	}
-	*argc = j;
-	return 0;
-}
-
-int nx_cmd_export(int argc, char **argv)
-{
-	const char *args[3], *since;
+	const char *since = a->val[NX_OPT_SINCE], *out = a->pos[2];
 	struct source s = { NULL, NULL };
-	int n, force = 0, json = 0, rc;
-	const struct nx_cli_opt opts[] = {
-		{ "-f|--force", &force, 1 },
-		{ "--json", &json, 1 },
-		{ NULL, NULL, 0 },
-	};
+	int json = a->opt[NX_OPT_JSON], rc;
 
-	rc = take_since(&argc, argv, &since);
-	if (!rc)
-		rc = nx_cli_parse(argc, argv, "export", opts, args, 3, &n);
-	if (rc == NX_CLI_HELP) {
-		export_usage(stdout);
-		return NX_CLI_OK;
-	}
-	if (rc)
-		return rc;
-	if (n != 3 || (since && force)) {
-		export_usage(stderr);
-		return NX_CLI_USAGE;
-	}
-	if (strcmp(args[2], "-") && same_file(args[0], args[2])) {
+	if (since && a->opt[NX_OPT_FORCE])
+		return nx_cli_usage_error(a, "--since updates OUT.img in "
+					  "place: --force does not go with it");
+	if (since && !strcmp(out, "-"))
+		return nx_cli_usage_error(a, "--since updates OUT.img in "
+					  "place: it cannot be '-'");
+	if (json && !strcmp(out, "-"))
+		return nx_cli_usage_error(a, "--json goes with an output file, "
+					  "not '-'");
+	if (strcmp(out, "-") && same_file(a->pos[0], out)) {
 		nx_cli_error("the output is the image itself");
 		return NX_CLI_USAGE;
 	}
-	rc = nx_cli_open_target(args[0], NX_VOL_RDONLY, &s.vol, &s.mnt);
+	rc = nx_cli_open_target(a->pos[0], NX_VOL_RDONLY, &s.vol, &s.mnt);
 	if (rc)
 		return rc;
-	rc = since ? do_since(&s, since, args[1], args[2], json) :
-	     do_export(&s, args[1], args[2], force, json);
+	rc = since ? do_since(&s, since, a->pos[1], out, json) :
+	     do_export(&s, a->pos[1], out, a->opt[NX_OPT_FORCE], json);
 	close_source(&s);
 	return rc;
 }

@@ -1,9 +1,9 @@
 /*
  * falloc.c - block allocation for the data path, truncate and fallocate.
  *
- * Allocation takes a whole run of free blocks at once (ext2fs_new_range),
- * right after the file's block before the hole when possible, and maps it
- * with one extent insert or one indirect-block update.  New extents are
+ * Allocation takes a whole run of free blocks at once, right after the
+ * file's block before the hole when possible (nx_fmap_new_blocks), and
+ * maps it with one extent insert or one indirect-block update.  New extents are
  * merged with their neighbours, so that a file written in many pieces
  * still ends up with few extents.  Overwrites under a snapshot remap the
  * piece they replace (ext_replace) from where the last lookup left the
@@ -34,6 +34,8 @@
 #define NX_LBLK_END	((blk64_t)1 << 32)
 /* A free stretch shorter than this is not worth jumping to. */
 #define NX_MIN_RUN	128
+/* Free runs one search for a stretch worth it looks at, at most. */
+#define NX_SCAN_RUNS	8192
 
 static inline uint64_t min_u64(uint64_t a, uint64_t b)
 {
@@ -72,41 +74,130 @@ static blk64_t alloc_budget(struct nx_volume *vol, blk64_t want,
 	return avail > keep ? min_u64(want, avail - keep) : 0;
 }
 
+/* A search for a free run (find_free_run). */
+struct run_search {
+	blk64_t minlen, cap;	/* at least MINLEN blocks, cut to CAP */
+	blk64_t steps;		/* free runs it may still look at */
+	blk64_t start, len;	/* the run found */
+	blk64_t longest;	/* the longest shorter run passed over */
+};
+
+/*
+ * The first free run that starts in [FROM, TO] and is at least
+ * rs->minlen blocks long (<= rs->cap).  Every step moves past one free
+ * run and the used block after it, so the search takes at most one step
+ * per free run in the range, and no more than rs->steps: it ends,
+ * however the free space is cut up, in a time that does not grow with
+ * the volume.
+ */
+static int find_free_run(ext2_filsys fs, blk64_t from, blk64_t to,
+			 struct run_search *rs)
+{
+	blk64_t last = ext2fs_blocks_count(fs->super) - 1, s, e, stop;
+
+	while (from <= to && rs->steps) {
+		rs->steps--;
+		if (ext2fs_find_first_zero_block_bitmap2(fs->block_map, from,
+							 to, &s))
+			return 0;
+		stop = s + min_u64(rs->cap, last - s + 1) - 1;
+		if (ext2fs_find_first_set_block_bitmap2(fs->block_map, s, stop,
+							&e))
+			e = stop + 1;
+		if (e - s >= rs->minlen) {
+			rs->start = s;
+			rs->len = e - s;
+			return 1;
+		}
+		if (e - s > rs->longest)
+			rs->longest = e - s;
+		from = e + 1;	/* e is in use (the run was cut short by it) */
+	}
+	return 0;
+}
+
+/* The same, searching [GOAL, end of volume], then [first block, GOAL). */
+static int find_free_run_from(ext2_filsys fs, blk64_t goal,
+			      struct run_search *rs)
+{
+	blk64_t first = fs->super->s_first_data_block;
+
+	return find_free_run(fs, goal, ext2fs_blocks_count(fs->super) - 1,
+			     rs) ||
+	       (goal > first && find_free_run(fs, first, goal - 1, rs));
+}
+
+/*
+ * Is there no free run of MINLEN blocks, as far as the last search that
+ * found none knows (none of the runs it saw, all of them or
+ * NX_SCAN_RUNS, was longer than vol->no_run_len - 1)?  That stays
+ * believed while the volume only fills up (nothing freed can have made
+ * a longer run) and less than an eighth of the free space it saw has
+ * been used since: on an aged volume every allocation would otherwise
+ * search again for nothing.  Wrong only ever costs layout (a long run
+ * missed for a while), never an allocation.
+ */
+static int no_run_known(struct nx_volume *vol, blk64_t minlen)
+{
+	blk64_t free_now = ext2fs_free_blocks_count(vol->fs->super);
+
+	return vol->no_run_len && minlen >= vol->no_run_len &&
+	       free_now <= vol->no_run_free &&
+	       vol->no_run_free - free_now <= vol->no_run_free / 8;
+}
+
+/*
+ * Where the blocks of a new piece of file go, in order: right at GOAL
+ * (the file continues without a seek); else the next free run from GOAL
+ * on that is worth the jump (NX_MIN_RUN blocks, or the whole request if
+ * smaller), wrapping at the end of the volume; else whatever free run
+ * comes next.  Each search is bounded (find_free_run), and a request
+ * that no run can hold whole is met by a shorter one: the callers loop
+ * for the rest (docs/concurrency.md, "Allocation bounds").
+ *
+ * No ext2fs_new_range(EXT2_NEWRANGE_MIN_LENGTH) here: in libext2fs 1.47.0
+ * (and e2fsprogs' development branch as of March 2026) it never returns
+ * when no free run is long enough and the volume's last block is in use.
+ * Reaching the end of the bitmap with nothing free after the last short
+ * run (ENOENT from ext2fs_find_first_zero_block_bitmap2) restarts the
+ * scan at s_first_data_block without setting its `looped' flag, which
+ * only a run that reaches the end of the volume sets, so its loop
+ * condition (!looped || start <= goal) stays true forever - a write into
+ * fragmented free space spun under the volume lock and hung the mount.
+ */
 errcode_t nx_fmap_new_blocks(struct nx_volume *vol, blk64_t goal,
 			     blk64_t want, blk64_t slack, blk64_t *pblk,
 			     blk64_t *got)
 {
 	ext2_filsys fs = vol->fs;
 	blk64_t n = alloc_budget(vol, min_u64(want, 1U << 30), slack);
-	blk64_t start = 0, len = 0;
-	errcode_t err;
+	struct run_search rs = { 1, n, 1, 0, 0, 0 };
 
 	if (!n)
 		return ENOSPC;
 	if (goal < fs->super->s_first_data_block ||
 	    goal >= ext2fs_blocks_count(fs->super))
 		goal = fs->super->s_first_data_block;
-	/* Right at GOAL the file continues without a seek... */
-	err = ext2fs_new_range(fs, EXT2_NEWRANGE_FIXED_GOAL, goal, n, NULL,
-			       &start, &len);
-	if (err == EXT2_ET_BLOCK_ALLOC_FAIL) {
-		/* ...else take the next stretch that is worth it, whole... */
-		err = ext2fs_new_range(fs, EXT2_NEWRANGE_MIN_LENGTH, goal,
-				       min_u64(n, NX_MIN_RUN), NULL, &start,
-				       &len);
-		if (!err)
-			err = ext2fs_new_range(fs, EXT2_NEWRANGE_FIXED_GOAL,
-					       start, n, NULL, &start, &len);
+	if (find_free_run(fs, goal, goal, &rs))
+		goto found;
+	rs.minlen = min_u64(n, NX_MIN_RUN);
+	rs.steps = NX_SCAN_RUNS;
+	if (!no_run_known(vol, rs.minlen)) {
+		if (find_free_run_from(fs, goal, &rs)) {
+			vol->no_run_len = 0;
+			goto found;
+		}
+		vol->no_run_len = rs.longest + 1;
+		vol->no_run_free = ext2fs_free_blocks_count(fs->super);
 	}
-	if (err == EXT2_ET_BLOCK_ALLOC_FAIL)	/* ...else whatever is left */
-		err = ext2fs_new_range(fs, 0, goal, n, NULL, &start, &len);
-	if (err == EXT2_ET_BLOCK_ALLOC_FAIL)
+	rs.minlen = 1;
+	rs.steps = 2;		/* the first free block it finds will do */
+	if (!find_free_run_from(fs, goal, &rs))
 		return ENOSPC;
-	if (err)
-		return err;
-	ext2fs_block_alloc_stats_range(fs, start, (blk_t)len, +1);
-	*pblk = start;
-	*got = len;
+found:
+	ext2fs_block_alloc_stats_range(fs, rs.start, (blk_t)rs.len, +1);
+	*pblk = rs.start;
+	*got = rs.len;
 	return 0;
 }
 

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include "nextfs/inode.h"
@@ -373,11 +374,20 @@ static errcode_t write_new_inode(struct nx_volume *vol, ext2_ino_t ino,
 	return err;
 }
 
+/*
+ * i_generation of a new inode: what tells a file handle of the file that
+ * had this inode number before (freed since) from the new file (fuse_ops.h).
+ * Consecutive within a run, so never repeated before 2^32 creations; the
+ * start is random, so that runs do not repeat each other's numbers (a
+ * start from the time and the pid did, for daemons started a few seconds
+ * apart with the same pid, as in a container).  Caller holds the lock.
+ */
 static uint32_t next_generation(void)
 {
 	static uint32_t gen;
 
-	if (!gen)
+	if (!gen && getrandom(&gen, sizeof(gen), GRND_NONBLOCK) !=
+		    (ssize_t)sizeof(gen))
 		gen = (uint32_t)time(NULL) ^ ((uint32_t)getpid() << 16);
 	return ++gen;
 }

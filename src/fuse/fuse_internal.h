@@ -113,6 +113,16 @@ void nx_fuse_reply_planned(fuse_req_t req, char *buf, size_t got,
  * (chattr, lsattr), FS_IOC_GETVERSION, and NX_IOC_GET_MTIME (nxioctl.h).
  * Anything else is ENOTTY.
  */
+/*
+ * delta_ops.c: NX_IOC_DELTA_START (live volume locked) and
+ * NX_IOC_DELTA_READ (replies itself; no volume lock needed).
+ */
+errcode_t nx_fuse_delta_start(fuse_req_t req, struct nx_fuse *live,
+			      const struct nx_cred *cred, const void *in,
+			      size_t in_size, void *out, size_t *out_size);
+void nx_fuse_delta_read(fuse_req_t req, const void *in, size_t in_size,
+			size_t out_bufsz);
+
 void nx_fuse_ioctl(fuse_req_t req, fuse_ino_t nodeid, unsigned int cmd,
 		   void *arg, struct fuse_file_info *fi, unsigned flags,
 		   const void *in_buf, size_t in_bufsz, size_t out_bufsz);

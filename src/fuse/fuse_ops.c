@@ -41,6 +41,7 @@
 #include "nextfs/inode.h"
 #include "nextfs/nxioctl.h"
 #include "nextfs/perm.h"
+#include "nextfs/snapshot.h"
 #include "nextfs/volume.h"
 #include "nextfs/xattr.h"
 #include "fuse_internal.h"
@@ -53,6 +54,9 @@
 /* pipe-max-size: a larger pipe needs CAP_SYS_RESOURCE (see NX_MAX_READ) */
 #define NX_SPLICE_PIPE_MAX	(1U << 20)
 #define NX_MAX_READAHEAD	(1U << 20)
+
+/* fi->fh of a directory handle: "/" lists .snapshots (nx_op_opendir). */
+#define NX_DIR_LISTS_SNAPDIR	1
 
 /* What an operation is about to do, for the i_flags checks. */
 #define NX_CHANGE_DATA		0x1	/* refused on immutable inodes */
@@ -113,7 +117,8 @@ static errcode_t fill_entry(struct nx_fuse *fs, ext2_ino_t ino,
 		return ESTALE;
 	memset(e, 0, sizeof(*e));
 	e->ino = to_fuse(fs, ino);
-	e->generation = inode.i_generation;
+	if (e->ino != FUSE_ROOT_ID)
+		e->generation = nx_fuse_generation(fs, inode.i_generation);
 	nx_inode_to_stat(fs->vol, ino, &inode, &e->attr);
 	nx_fuse_fix_stat(fs, ino, &e->attr);
 	e->attr_timeout = fs->timeout;
@@ -226,10 +231,18 @@ static void nx_op_init(void *userdata, struct fuse_conn_info *conn)
 	conn->max_read = fs->max_read;	/* as fuse_main.c mounted it */
 	if (conn->max_readahead > NX_MAX_READAHEAD)
 		conn->max_readahead = NX_MAX_READAHEAD;
+	/*
+	 * The kernel keeps the smaller of the window fuse_main.c set through
+	 * sysfs before INIT and this: keep that window (it offers 128 KiB).
+	 */
+	if (conn->max_readahead < fs->read_ahead_kb << 10)
+		conn->max_readahead = fs->read_ahead_kb << 10;
 	/* Nanoseconds only where inodes have the *_extra fields. */
 	conn->time_gran = EXT2_INODE_SIZE(fs->vol->fs->super) >
 			  EXT2_GOOD_OLD_INODE_SIZE ? 1 : 1000000000;
 	fs->dont_mask = (conn->want & FUSE_CAP_DONT_MASK) != 0;
+	fs->gen_salt = ext2fs_crc32c_le(~0U, fs->vol->fs->super->s_uuid,
+					sizeof(fs->vol->fs->super->s_uuid));
 }
 
 /* Unmount: free what the kernel kept alive, then close (mark clean). */
@@ -254,6 +267,42 @@ static void nx_op_destroy(void *userdata)
 /* ------------------------------------------------------------------ */
 /* Names                                                               */
 
+/*
+ * LOOKUP(NODEID, ".") is how the kernel turns a file handle back into an
+ * inode it no longer has (fuse_get_dentry); the generation it then
+ * compares.  Handles come from outside (an NFS client can send any
+ * bytes), so the node id is checked as ext4 checks the inode number of a
+ * handle: the root or an ordinary inode of this volume, in its canonical
+ * node id, never a reserved inode (journal, resize) nor what the mount
+ * hides (snapshot files, the real /.snapshots, xattr value inodes).
+ * An inode without links is ESTALE too, as in ext4: the kernel asks only
+ * for inodes it no longer holds, so nothing can reach a deleted file
+ * through its handle any more (whether its last FORGET has been served
+ * yet or not).
+ */
+static errcode_t handle_target(struct nx_fuse *fs, fuse_ino_t nodeid)
+{
+	struct ext2_super_block *sb = fs->vol->fs->super;
+	struct ext2_inode_large inode;
+	ext2_ino_t ino = to_ext2(nodeid);
+	errcode_t err;
+
+	if (to_fuse(fs, ino) != nodeid)
+		return ESTALE;
+	if (ino != EXT2_ROOT_INO &&
+	    (ino < EXT2_FIRST_INO(sb) || ino > sb->s_inodes_count))
+		return ESTALE;
+	if (!fs->space && ino == nx_snap_dir_ino(fs->vol))
+		return ESTALE;
+	err = nx_inode_read(fs->vol, ino, &inode);
+	if (err)
+		return err;
+	if (!inode.i_links_count ||
+	    (inode.i_flags & (EXT4_SNAPFILE_FL | EXT4_EA_INODE_FL)))
+		return ESTALE;
+	return 0;
+}
+
 static void nx_op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
 	struct nx_fuse *fs = req_fs(req);
@@ -266,10 +315,12 @@ static void nx_op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 		return;
 	}
 	nx_volume_lock(fs->vol);
-	if (strcmp(name, ".") == 0)	/* export support: node by id */
+	if (strcmp(name, ".") == 0) {	/* export support: node by id */
 		ino = dir;
-	else
+		err = handle_target(fs, parent);
+	} else {
 		err = nx_lookup(fs->vol, dir, name, &ino);
+	}
 	if (!err)
 		err = entry_ref(fs, ino, &e);
 	nx_volume_unlock(fs->vol);
@@ -1161,7 +1212,16 @@ static void nx_op_opendir(fuse_req_t req, fuse_ino_t nodeid,
 	if (!err)
 		err = nx_nodes_open(fs->nodes, ino);
 	nx_volume_unlock(fs->vol);
-	fi->fh = 0;
+	/*
+	 * Flags of exactly O_RDONLY come from the kernel's own open of a
+	 * directory: open(2) adds O_LARGEFILE on 64-bit, opendir(3)
+	 * O_DIRECTORY.  For "/" that is exportfs's get_name(), which
+	 * reconnects a directory decoded from a file handle by finding its
+	 * name in the parent's listing: there, and only there, "/" lists
+	 * .snapshots (docs/nfs.md).
+	 */
+	fi->fh = !fs->space && ino == EXT2_ROOT_INO && fi->flags == O_RDONLY ?
+		 NX_DIR_LISTS_SNAPDIR : 0;
 	reply_open(req, fs, ino, fi, err);
 }
 
@@ -1169,6 +1229,7 @@ struct dirbuf {
 	fuse_req_t req;
 	struct nx_fuse *fs;
 	int plus;			/* readdirplus */
+	int lists_snapdir;		/* show the hidden .snapshots */
 	char *buf;
 	size_t size, used;
 	ext2_ino_t *refs;		/* inodes counted for this reply */
@@ -1184,8 +1245,8 @@ static int is_dot_or_dotdot(const char *name)
 /*
  * One readdirplus entry.  The kernel takes a reference for every entry
  * that carries a node id except "." and ".."; an entry whose inode we
- * cannot read goes out without one (node id 0) and the kernel just
- * lists the name.
+ * cannot read, or that has no inode of its own (INO 0), goes out
+ * without one (node id 0) and the kernel just lists the name.
  */
 static size_t add_plus_entry(struct dirbuf *db, const char *name,
 			     ext2_ino_t ino, const struct stat *st,
@@ -1197,7 +1258,7 @@ static size_t add_plus_entry(struct dirbuf *db, const char *name,
 
 	if (need > room)
 		return need;
-	if (is_dot_or_dotdot(name) || db->nrefs >= db->maxrefs ||
+	if (!ino || is_dot_or_dotdot(name) || db->nrefs >= db->maxrefs ||
 	    entry_ref(db->fs, ino, &e) != 0) {
 		memset(&e, 0, sizeof(e));
 		e.attr = *st;
@@ -1206,6 +1267,47 @@ static size_t add_plus_entry(struct dirbuf *db, const char *name,
 	}
 	return fuse_add_direntry_plus(db->req, db->buf + db->used, room, name,
 				      &e, (off_t)next);
+}
+
+/*
+ * The virtual .snapshots and .snapshot-images as entries of "/", at the
+ * position of the real .snapshots: both or, when the buffer cannot take
+ * both, neither (the kernel asks again from here), so that a listing
+ * never shows one without the other.  Each with the inode number it
+ * shows, and no node id.
+ */
+static int add_virtual_dirs(struct dirbuf *db, uint64_t next)
+{
+	static const struct {
+		const char *name;
+		uint64_t st_ino;
+	} dirs[] = {
+		{ NX_SNAPDIR_NAME, NX_SNAPDIR_STINO },
+		{ NX_IMGDIR_NAME, NX_IMGDIR_STINO },
+	};
+	size_t i, need = 0, len;
+	struct stat st;
+
+	for (i = 0; i < 2; i++)
+		need += db->plus ?
+			fuse_add_direntry_plus(db->req, NULL, 0, dirs[i].name,
+					       NULL, 0) :
+			fuse_add_direntry(db->req, NULL, 0, dirs[i].name,
+					  NULL, 0);
+	if (need > db->size - db->used)
+		return 1;
+	for (i = 0; i < 2; i++) {
+		memset(&st, 0, sizeof(st));
+		st.st_ino = dirs[i].st_ino;
+		st.st_mode = S_IFDIR;
+		len = db->plus ?
+		      add_plus_entry(db, dirs[i].name, 0, &st, next) :
+		      fuse_add_direntry(db->req, db->buf + db->used,
+					db->size - db->used, dirs[i].name,
+					&st, (off_t)next);
+		db->used += len;
+	}
+	return 0;
 }
 
 static int fill_dir(void *priv, const char *name, size_t namelen,
@@ -1218,8 +1320,19 @@ static int fill_dir(void *priv, const char *name, size_t namelen,
 
 	if (namelen > NX_NAME_MAX)
 		return 0;	/* cannot be a valid name: skip it */
-	if (nx_fuse_hidden(db->dir, name, namelen))
-		return 0;
+	if (nx_fuse_hidden(db->dir, name, namelen)) {
+		/*
+		 * Hidden, but for the kernel's listing that reconnects a
+		 * handle (nx_op_opendir): there the real .snapshots stands
+		 * for the virtual directories.  Not a real .snapshot-images,
+		 * which is no .snapshots (and has no inode of its own here).
+		 */
+		if (!db->lists_snapdir ||
+		    namelen != strlen(NX_SNAPDIR_NAME) ||
+		    memcmp(name, NX_SNAPDIR_NAME, namelen))
+			return 0;
+		return add_virtual_dirs(db, next);
+	}
 	memcpy(nm, name, namelen);
 	nm[namelen] = 0;
 	memset(&st, 0, sizeof(st));
@@ -1240,7 +1353,7 @@ static int fill_dir(void *priv, const char *name, size_t namelen,
 }
 
 static void do_readdir(fuse_req_t req, fuse_ino_t nodeid, size_t size,
-		       off_t off, int plus)
+		       off_t off, int plus, const struct fuse_file_info *fi)
 {
 	struct nx_fuse *fs = req_fs(req);
 	struct dirbuf db;
@@ -1251,6 +1364,7 @@ static void do_readdir(fuse_req_t req, fuse_ino_t nodeid, size_t size,
 	db.req = req;
 	db.fs = fs;
 	db.plus = plus;
+	db.lists_snapdir = fi && fi->fh == NX_DIR_LISTS_SNAPDIR;
 	db.dir = to_ext2(nodeid);
 	db.size = size;
 	db.buf = malloc(size ? size : 1);
@@ -1285,13 +1399,13 @@ out:
 static void nx_op_readdir(fuse_req_t req, fuse_ino_t nodeid, size_t size,
 			  off_t off, struct fuse_file_info *fi)
 {
-	do_readdir(req, nodeid, size, off, 0);
+	do_readdir(req, nodeid, size, off, 0, fi);
 }
 
 static void nx_op_readdirplus(fuse_req_t req, fuse_ino_t nodeid, size_t size,
 			      off_t off, struct fuse_file_info *fi)
 {
-	do_readdir(req, nodeid, size, off, 1);
+	do_readdir(req, nodeid, size, off, 1, fi);
 }
 
 static void nx_op_releasedir(fuse_req_t req, fuse_ino_t nodeid,

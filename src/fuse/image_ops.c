@@ -37,9 +37,6 @@
 #include "nextfs/snapshot.h"
 #include "fuse_internal.h"
 
-/* st_ino of the directory: ext's undelete directory, never a file. */
-#define NX_IMGDIR_STINO		6ULL
-
 /* One snapshot's image, once the kernel has heard of it. */
 struct image {
 	uint32_t id;
@@ -222,7 +219,7 @@ static void reply_imgdir_entry(fuse_req_t req)
 
 	memset(&e, 0, sizeof(e));
 	e.ino = NX_IMGDIR_NODEID;
-	e.generation = 1;
+	e.generation = nx_fuse_generation(live_of(req), 1);
 	imgdir_stat(live_of(req), &e.attr);
 	e.attr_timeout = live_of(req)->timeout;
 	e.entry_timeout = live_of(req)->timeout;
@@ -244,7 +241,7 @@ static void reply_image_entry(fuse_req_t req, uint32_t id)
 		return;
 	}
 	e.ino = image_node(id);
-	e.generation = 1;
+	e.generation = nx_fuse_generation(live, 1);
 	e.attr_timeout = live->timeout;
 	e.entry_timeout = live->timeout;
 	fuse_reply_entry(req, &e);

@@ -148,6 +148,7 @@ static errcode_t view_fs(struct nx_fuse *live, uint32_t id,
 	v->dont_mask = live->dont_mask;
 	v->timeout = live->timeout;
 	v->idmap = live->idmap;
+	v->gen_salt = live->gen_salt;
 	v->space = (fuse_ino_t)id << NX_NODE_SPACE_SHIFT;
 	v->ino_base = view_ino_base(live, id);
 	v->ino32 = live->ino32;
@@ -253,7 +254,7 @@ static void reply_snapdir_entry(fuse_req_t req)
 
 	memset(&e, 0, sizeof(e));
 	e.ino = NX_SNAPDIR_NODEID;
-	e.generation = 1;
+	e.generation = nx_fuse_generation(live_fs(req), 1);
 	snapdir_stat(live_fs(req), &e.attr);
 	/*
 	 * Cached like any attributes: every path through .snapshots would
@@ -571,12 +572,48 @@ static void s_destroy(void *userdata)
 	nx_fuse_ops.destroy(userdata);
 }
 
+/*
+ * "." and ".." where no ext directory answers them.  Only the kernel's
+ * export code asks (decoding a file handle: fuse_get_dentry looks the
+ * node up by "." when it no longer has it, fuse_get_parent asks ".."
+ * to reconnect a directory up to "/").  .snapshots is itself (ESTALE for
+ * any other node id of its space) and "/" is its parent; a snapshot's
+ * root, whose ext ".." is itself, has .snapshots as parent.  Returns 0
+ * if NAME in PARENT is not one of these.
+ */
+static int lookup_virtual_dots(fuse_req_t req, fuse_ino_t parent,
+			       const char *name)
+{
+	int dot = !strcmp(name, "."), dotdot = !strcmp(name, "..");
+
+	if (!dot && !dotdot)
+		return 0;
+	if (space_of(parent) == NX_SPACE_SNAPDIR) {
+		if (dotdot)
+			nx_fuse_ops.lookup(req, FUSE_ROOT_ID, ".");
+		else if (parent == NX_SNAPDIR_NODEID)
+			reply_snapdir_entry(req);
+		else
+			fuse_reply_err(req, ESTALE);
+		return 1;
+	}
+	if (!space_of(parent) || !dotdot || to_ext2(parent) != EXT2_ROOT_INO)
+		return 0;
+	if (enter_view(req, parent)) {	/* ESTALE once deleted */
+		leave_view();
+		reply_snapdir_entry(req);
+	}
+	return 1;
+}
+
 static void s_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
 	if (is_snapdir_name(parent, name)) {
 		reply_snapdir_entry(req);
 		return;
 	}
+	if (lookup_virtual_dots(req, parent, name))
+		return;
 	DISPATCH(req, parent, reply_snapshot_root(req, name),
 		 nx_fuse_ops.lookup(req, parent, name));
 }

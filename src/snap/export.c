@@ -31,6 +31,7 @@
 #include <sys/stat.h>
 #include <et/com_err.h>
 #include "nextfs/bytechan.h"
+#include "nextfs/devname.h"
 #include "nextfs/file.h"
 #include "nextfs/image.h"
 #include "nextfs/journal.h"
@@ -291,7 +292,7 @@ errcode_t nx_imgsrc_open_live(const char *device, struct nx_imgsrc **ret,
 		return err;
 	}
 	set_geometry(src, src->raw->fs);
-	src->fd = open(device, O_RDONLY | O_CLOEXEC);
+	src->fd = nx_dev_open(device, O_RDONLY);
 	if (src->fd < 0 ||
 	    pread(src->fd, &src->sb, sizeof(src->sb), SUPERBLOCK_OFFSET) !=
 	    (ssize_t)sizeof(src->sb)) {

@@ -73,7 +73,6 @@ struct restorer {
 	size_t nadded, capadded;
 	ext2fs_block_bitmap w;		/* blocks step 1 overwrites */
 	blk64_t cursor;			/* pick_free() resumes here */
-	int cursor_wrapped;
 };
 
 static void progress(struct restorer *r, const char *what, uint64_t done,
@@ -288,24 +287,34 @@ static errcode_t pick_free(struct restorer *r, ext2fs_block_bitmap avoid,
 			   blk64_t *ret)
 {
 	ext2_filsys fs = r->fs;
+	blk64_t first = fs->super->s_first_data_block;
 	blk64_t end = ext2fs_blocks_count(fs->super) - 1, b = r->cursor;
+	int passes = 0;
 
+	/*
+	 * From the cursor to the end of the volume, then once from its
+	 * start: each step skips a run of used blocks or of AVOID's, and
+	 * stepping past the last block ends a pass just as finding nothing
+	 * more does, so the search ends even when every free block is one
+	 * to avoid.
+	 */
+	if (b < first || b > end)
+		b = first;
 	for (;;) {
-		if (b < fs->super->s_first_data_block || b > end)
-			b = fs->super->s_first_data_block;
-		if (ext2fs_find_first_zero_block_bitmap2(fs->block_map, b, end,
+		if (b > end ||
+		    ext2fs_find_first_zero_block_bitmap2(fs->block_map, b, end,
 							 &b)) {
-			if (r->cursor_wrapped++)
+			if (passes++)
 				return EXT2_ET_BLOCK_ALLOC_FAIL;
-			b = fs->super->s_first_data_block;
+			b = first;
 			continue;
 		}
 		if (!ext2fs_test_block_bitmap2(avoid, b))
 			break;
-		b++;
+		if (ext2fs_find_first_zero_block_bitmap2(avoid, b, end, &b))
+			b = end + 1;
 	}
 	r->cursor = b + 1;
-	r->cursor_wrapped = 0;
 	*ret = b;
 	return 0;
 }

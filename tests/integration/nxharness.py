@@ -38,6 +38,7 @@ import re
 import shlex
 import shutil
 import signal
+import socket
 import stat
 import struct
 import subprocess
@@ -87,14 +88,13 @@ def mkimages_path():
 
 def daemon_path():
     return os.environ.get('NEXTFS_FUSE') or \
-        os.path.join(SRCROOT, 'build', 'src', 'cli', 'nextfs-fuse')
+        os.path.join(SRCROOT, 'build', 'src', 'fuse', 'nextfs-fuse')
 
 
 def tool_path():
-    """The nextfs tool: $NEXTFS, else beside the daemon."""
-    if os.environ.get('NEXTFS'):
-        return os.environ['NEXTFS']
-    return os.path.join(os.path.dirname(daemon_path()), 'nextfs')
+    """The nextfs tool: $NEXTFS, else the build's."""
+    return os.environ.get('NEXTFS') or \
+        os.path.join(SRCROOT, 'build', 'src', 'cli', 'nextfs')
 
 
 def backend():
@@ -537,6 +537,28 @@ def fsck_problem(image, problems):
             kept = '\n(image kept as %s)' % kept
         problems.append('e2fsck -fn %s: exit status %d%s\n%s' %
                         (image, rc, kept, tail(out, 60)))
+
+
+def doc_block(doc, marker):
+    """The fenced block between "<!-- MARKER-begin -->" and the end of
+    the block in the file DOC: a configuration the docs give and a test
+    serves, so that the documented one is the tested one."""
+    with open(doc) as f:
+        text = f.read()
+    m = re.search(r'<!-- %s-begin -->\s*```\w*\n(.*?)```' % re.escape(marker),
+                  text, re.S)
+    if not m:
+        raise AssertionError('%s: no block after <!-- %s-begin -->' %
+                             (doc, marker))
+    return m.group(1)
+
+
+def free_port():
+    """A TCP port of 127.0.0.1 that nothing listens on (for a server
+    of our own: smbd, ganesha.nfsd)."""
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0))
+        return s.getsockname()[1]
 
 
 def tail(text, lines):

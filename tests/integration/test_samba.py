@@ -43,14 +43,7 @@ def take_unnamed(m):
 
 def documented_share(mnt):
     """The [share] block of docs/samba.md, for the mountpoint MNT."""
-    with open(DOC) as f:
-        text = f.read()
-    m = re.search(r'<!-- samba-share-begin -->\s*```ini\n(.*?)```', text,
-                  re.S)
-    if not m:
-        raise AssertionError('%s: no share block between the '
-                             'samba-share markers' % DOC)
-    return m.group(1).replace(DOC_MNT, mnt)
+    return nx.doc_block(DOC, 'samba-share').replace(DOC_MNT, mnt)
 
 
 def shadow_copy2_module():
@@ -59,18 +52,12 @@ def shadow_copy2_module():
     return m and os.path.join(m.group(1), 'vfs', 'shadow_copy2.so')
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(('127.0.0.1', 0))
-        return s.getsockname()[1]
-
-
 class Smbd:
     """An smbd of our own: private directories below DIR, port PORT."""
 
     def __init__(self, d, share):
         self.dir = d
-        self.port = free_port()
+        self.port = nx.free_port()
         self.conf = os.path.join(d, 'smb.conf')
         self.log = os.path.join(d, 'smbd.log')
         for sub in ('lock', 'state', 'cache', 'pid', 'private', 'ncalrpc'):
