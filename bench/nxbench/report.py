@@ -284,6 +284,9 @@ def _summarize_snapshots(res):
     rs = _sub(costs, 'read_snap', 'mib_s')
     s['read_live_mib_s'], s['read_snap_mib_s'] = rl, rs
     s['read_ratio'] = _ratio(rs, rl)
+    ri = _sub(costs, 'read_image', 'mib_s')
+    s['read_image_mib_s'] = ri
+    s['read_image_ratio'] = _ratio(ri, rl)
     s['read_verdict'] = verdict(s['read_ratio'], SNAP_READ_MIN)
     s['delete_seconds'] = median([c.get('delete_seconds') for c in costs])
     s['held_bytes'] = median([c.get('held_bytes') for c in costs])
@@ -629,6 +632,10 @@ def _print_snapshots(res, out):
              _fmt(s.get('read_ratio')), _fmt(s.get('read_live_mib_s'),
                                              ' MiB/s'),
              SNAP_READ_MIN, s.get('read_verdict'))),
+        ('read a snapshot image file, cold', _fmt(s.get('read_image_mib_s'),
+                                                   ' MiB/s'),
+         'ratio %s to live (its data, by SEEK_DATA; no target)' %
+         _fmt(s.get('read_image_ratio'))),
         ('take, 1 GiB volume (median)',
          _ms(s.get('take_1GiB_median_s')),
          '(<50 ms %s) max %s' % (s.get('take_1GiB_verdict'),

@@ -118,6 +118,7 @@ struct nx_fuse {
 	 */
 	int snap_group_set;
 	gid_t snap_group;
+	struct nx_fuse_images *images;	/* live: the image files (image_ops.c) */
 };
 
 /*
@@ -140,8 +141,8 @@ void nx_fuse_timer_stop(struct nx_fuse *fs);
 extern const struct fuse_lowlevel_ops nx_fuse_ops;
 
 /*
- * snap_ops.c - what the session runs: nx_fuse_ops plus the snapshot
- * views.  Node ids carry a snapshot id in their high 32 bits (0 = live
+ * snap_ops.c - nx_fuse_ops plus the snapshot views (what image_ops.c
+ * puts the image files in front of).  Node ids carry a snapshot id in their high 32 bits (0 = live
  * tree; ids are never reused, so node ids never alias); the virtual
  * directory MNT/.snapshots has NX_SNAPDIR_NODEID.  A request for a view
  * runs nx_fuse_ops with nx_fuse_current pointing at the view's nx_fuse
@@ -164,6 +165,25 @@ extern const struct fuse_lowlevel_ops nx_fuse_snap_ops;
 extern __thread struct nx_fuse *nx_fuse_current;
 
 /*
+ * image_ops.c - what the session runs: nx_fuse_snap_ops plus the image
+ * files.  MNT/.snapshot-images (NX_IMGDIR_NAME, nxioctl.h) lists every
+ * snapshot NAME as a read-only regular file, the snapshot as a
+ * standalone ext image (image.h), readable by root and the user who runs
+ * the daemon; like .snapshots it is found by lookup only (no listing of
+ * "/" shows it, but for the kernel's own, next to .snapshots: a handle
+ * of the directory is reconnected like one of .snapshots) and only in
+ * the live tree's root.  Its node id is
+ * NX_IMGDIR_NODEID; the image of snapshot ID has node id ID << 32 (ext
+ * inode 0 of that snapshot's space: no view node has it).
+ * nx_fuse_images_changed() (called when .snapshots changed, without the
+ * lock) tells the kernel that the images of deleted snapshots are gone.
+ */
+#define NX_IMGDIR_NODEID	((NX_SPACE_SNAPDIR << NX_NODE_SPACE_SHIFT) | 2)
+extern const struct fuse_lowlevel_ops nx_fuse_image_ops;
+struct nx_fuse_images;
+void nx_fuse_images_changed(struct nx_fuse *live);
+
+/*
  * Inode numbers (st_ino, d_ino): what tools see, unlike node ids, which
  * only the kernel sees.  Live files show their ext inode number.  A file
  * of snapshot ID shows (ID << 32) | its ext inode number - distinct from
@@ -177,6 +197,8 @@ extern __thread struct nx_fuse *nx_fuse_current;
  * inode, is never a visible file.
  */
 #define NX_SNAPDIR_STINO	1ULL
+/* ... and MNT/.snapshot-images inode 6, ext's undelete directory. */
+#define NX_IMGDIR_STINO		6ULL
 
 static inline uint64_t nx_fuse_st_ino(const struct nx_fuse *fs,
 				      ext2_ino_t ino)

@@ -43,8 +43,18 @@
  * dropped when NX_DELTA_SESSIONS are kept.  Only root (after -o fakeroot)
  * and the user who mounted the volume may start one (EPERM for others,
  * who walk the trees instead: names in directories they cannot read are
- * never shown to them; docs/security.md).  Numbers 0xF0-0xF1: 0xE5-0xEF
- * are left to the other commands' ioctls.
+ * never shown to them; docs/security.md).
+ *
+ * MNT/.snapshot-images/NAME (NX_IMGDIR_NAME) is snapshot NAME as a
+ * standalone image file (image.h; docs/snapshots.md).  NX_IOC_IMG_CHANGES
+ * (on such a file, open; old_id's image open too, by the same or another
+ * process): what turns the export of snapshot old_id into this file's
+ * content, as nx_imgsrc_changes() gives it: up to max (at most
+ * NX_IOC_IMG_RUNS) runs from block start on, and where to go on.  For
+ * "nextfs export --since" on a mounted volume.
+ *
+ * Numbers 0xF0-0xF2 for the delta and image ioctls: 0xE5-0xEF are left
+ * to the other commands' ioctls.
  */
 #ifndef NEXTFS_NXIOCTL_H
 #define NEXTFS_NXIOCTL_H
@@ -90,6 +100,32 @@ struct nx_ioc_volinfo {
 #define NX_IOC_GET_INOMAP	_IOR('N', 0xE1, struct nx_ioc_inomap)
 #define NX_IOC_SNAP_NEXT	_IOWR('N', 0xE2, struct nx_ioc_snap)
 #define NX_IOC_GET_VOLINFO	_IOR('N', 0xE3, struct nx_ioc_volinfo)
+
+/* The virtual directory of image files, at the root of the mount. */
+#define NX_IMGDIR_NAME		".snapshot-images"
+
+#define NX_IOC_IMG_RUNS		500
+#define NX_IOC_IMG_WRITE	1	/* = NX_IMG_WRITE: NEW's content */
+#define NX_IOC_IMG_ZERO		2	/* = NX_IMG_ZERO: free in NEW */
+
+struct nx_ioc_img_run {
+	uint64_t blk;
+	uint32_t len;
+	uint32_t kind;			/* NX_IOC_IMG_* */
+};
+
+struct nx_ioc_img_changes {
+	uint32_t old_id;		/* in: the snapshot the target holds */
+	uint32_t max;			/* in: runs wanted (<= NX_IOC_IMG_RUNS) */
+	uint64_t start;			/* in: first block to look at */
+	uint64_t next;			/* out: the next call's start; the
+					   block count when done */
+	uint32_t count;			/* out: runs filled */
+	uint32_t pad;
+	struct nx_ioc_img_run run[NX_IOC_IMG_RUNS];
+};
+
+#define NX_IOC_IMG_CHANGES	_IOWR('N', 0xF2, struct nx_ioc_img_changes)
 
 #define NX_IOC_OPSTATS_SIZE	4096
 struct nx_ioc_opstats {

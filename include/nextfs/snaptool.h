@@ -16,15 +16,11 @@
  *   snapshot preserves only blocks that were in use at its take.  With
  *   NX_CHECK_REPAIR it fixes what is safe (superblock snapshot fields,
  *   chain links, snapshot flags, sizes) and reports each fix.  It does not
- *   run e2fsck itself: nx_imgsrc_open_live() gives the byte image that a
- *   stock e2fsck must see (the live volume with HAS_SNAPSHOT masked,
- *   nothing copied), and the caller serves it (nextfs check uses FUSE).
- * - An nx_imgsrc is a read-only byte image.  nx_imgsrc_open_export()
- *   presents a snapshot as a standalone ext image: read through the
- *   snapshot's view, with the snapshot files and /.snapshots removed, the
- *   block bitmap rebuilt from what is owned, and HAS_SNAPSHOT, the
- *   snapshot fields and IS_SNAPSHOT cleared.  The changed metadata is
- *   held in memory; nothing is written to the source.
+ *   run e2fsck itself: nx_imgsrc_open_live() (image.h) gives the byte
+ *   image that a stock e2fsck must see (the live volume with
+ *   HAS_SNAPSHOT masked, nothing copied), and the caller serves it
+ *   (nextfs check uses FUSE).  Snapshots as standalone images (export):
+ *   image.h.
  * - nx_snap_diff() reports the changes between snapshot OLD and snapshot
  *   NEW (or the live tree) as created/deleted/modified/renamed paths;
  *   nx_snap_delta() gives the per-inode delta they are made from
@@ -40,7 +36,7 @@
  *   valid.  Newer snapshots make it refuse (EEXIST with the reason) unless
  *   NX_RESTORE_DESTROY_NEWER deletes them first.  If interrupted, running
  *   it again completes it.
- * Functions taking a struct nx_volume (export, diff) expect it opened
+ * Functions taking a struct nx_volume (diff) expect it opened
  * with NX_VOL_RDONLY and its lock held by the caller, as snapshot.h does.
  * Nothing here is thread-safe; one caller at a time.
  */
@@ -127,43 +123,6 @@ struct nx_check_result {
 errcode_t nx_check(const char *device, int flags, nx_check_report_fn report,
 		   void *priv, const struct nx_progress *prog,
 		   struct nx_check_result *res, char *msg, size_t msglen);
-
-/* ------------------------------------------------------------------ */
-/* Byte images (for e2fsck through FUSE, and for export). */
-
-struct nx_imgsrc;
-
-/*
- * The live volume DEVICE with HAS_SNAPSHOT masked (only the superblock
- * differs, in memory).  Holds the volume's lock (shared) until closed.
- */
-errcode_t nx_imgsrc_open_live(const char *device, struct nx_imgsrc **ret,
-			      char *msg, size_t msglen);
-/*
- * Snapshot NAME of VOL (opened read-only, see nx_volume_open) as a
- * standalone image.  VOL must stay open while the source is used.
- */
-errcode_t nx_imgsrc_open_export(struct nx_volume *vol, const char *name,
-				struct nx_imgsrc **ret, char *msg,
-				size_t msglen);
-uint64_t nx_imgsrc_size(const struct nx_imgsrc *src);
-errcode_t nx_imgsrc_read(struct nx_imgsrc *src, void *buf, uint64_t len,
-			 uint64_t off);
-/*
- * Write the whole image to FD, in one of three ways:
- * NX_WRITE_STREAM: every byte, sequentially (a pipe, stdout);
- * NX_WRITE_FILE: FD is a new, empty regular file: blocks that are free in
- *   the image or all zeros are left as holes, the size is set at the end;
- * NX_WRITE_DEVICE: FD is seekable and its old content does not matter
- *   where the image has free blocks: those are skipped, all others written.
- * Errors (ENOSPC, EPIPE, ...) are returned as errno values.
- */
-#define NX_WRITE_STREAM	0
-#define NX_WRITE_FILE	1
-#define NX_WRITE_DEVICE	2
-errcode_t nx_imgsrc_write(struct nx_imgsrc *src, int fd, int how,
-			  const struct nx_progress *prog);
-void nx_imgsrc_close(struct nx_imgsrc *src);
 
 /* ------------------------------------------------------------------ */
 /* Diff. */

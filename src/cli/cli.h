@@ -117,6 +117,7 @@ enum nx_cli_slot {
 	NX_OPT_PARENT,		/* send -p PARENT */
 	NX_OPT_OUTPUT,		/* send -o FILE */
 	NX_OPT_RESUME,		/* send --resume TOKEN */
+	NX_OPT_SINCE,		/* export --since OLD */
 	NX_CLI_SLOTS
 };
 
@@ -219,6 +220,7 @@ void nx_cli_print_spec(const struct nx_cli_cmd *top);
  */
 nx_cli_handler nx_cmd_snapshot_take, nx_cmd_snapshot_delete,
 	nx_cmd_snapshot_list, nx_cmd_snapshot_prune, nx_cmd_snapshot_run,
+	nx_cmd_snapshot_image,
 	nx_cmd_versions, nx_cmd_check, nx_cmd_export, nx_cmd_diff,
 	nx_cmd_send, nx_cmd_restore, nx_cmd_info, nx_cmd_umount,
 	nx_cmd_mount_helper;

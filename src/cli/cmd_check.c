@@ -32,6 +32,7 @@
 #include <et/com_err.h>
 #include "nextfs/devname.h"
 #include "nextfs/grow.h"
+#include "nextfs/image.h"
 #include "nextfs/safepath.h"
 #include "nextfs/snaptool.h"
 #include "cli.h"
@@ -591,19 +592,15 @@ static int fsck_views(const char *image, int verbose, unsigned *errors)
 		snprintf(what, sizeof(what), "snapshot %s",
 			 nx_out_quote(q, sizeof(q), snaps[i].name,
 				      strlen(snaps[i].name)));
-		nx_volume_lock(vol);
 		err = nx_imgsrc_open_export(vol, snaps[i].name, &src, msg,
 					    sizeof(msg));
 		if (err) {
-			nx_volume_unlock(vol);
 			fputs("error: ", stdout);
 			nx_out_line(stdout, msg[0] ? msg : error_message(err));
 			putchar('\n');
 			(*errors)++;
 			continue;
 		}
-		/* FUSE reads run in another thread: it holds the lock. */
-		nx_volume_unlock(vol);
 		if (fsck_source(src, what, verbose) == 0)
 			(*errors)++;
 		nx_imgsrc_close(src);

@@ -1,5 +1,5 @@
 /*
- * cmd_snapshot.c - "nextfs snapshot take|delete|list".
+ * cmd_snapshot.c - "nextfs snapshot take|delete|list|image".
  *
  * The target is either an unmounted image/device (opened directly, which
  * also takes the volume lock) or the mountpoint of a running nextfs-fuse,
@@ -9,11 +9,16 @@
  * same way.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+#include <sys/stat.h>
 #include <et/com_err.h>
+#include "nextfs/nxioctl.h"
 #include "nextfs/retention.h"
+#include "nextfs/safepath.h"
 #include "nextfs/snapshot.h"
 #include "cli.h"
 #include "output.h"
@@ -119,4 +124,80 @@ static int list_snapshots(const char *target, enum nx_list_format format)
 int nx_cmd_snapshot_list(struct nx_cli_args *a)
 {
 	return list_snapshots(a->pos[0], a->opt[NX_OPT_FORMAT]);
+}
+
+/*
+ * "snapshot image TARGET NAME": where the mount shows snapshot NAME as an
+ * image file (MNT/.snapshot-images/NAME), once it is there.  A path is
+ * output like a name (output.h): as it is when that is safe, else quoted
+ * as ls does; --json gives the exact bytes.
+ */
+static int image_path(const char *target, const char *name, int json)
+{
+	char *mnt = NULL, *path = NULL, q[NX_QUOTED_NAME_SIZE];
+	struct nx_volume *vol = NULL;
+	struct nx_json j;
+	struct stat st;
+	int rc, root;
+
+	nx_out_quote(q, sizeof(q), name, strnlen(name, NX_NAME_MAX));
+	if (nx_snap_name_check(name)) {
+		nx_cli_error("no snapshot named %s", q);
+		return NX_CLI_FAIL;
+	}
+	rc = nx_cli_open_target(target, NX_VOL_RDONLY, &vol, &mnt);
+	if (rc)
+		return rc;
+	if (vol) {
+		nx_volume_close(vol);
+		nx_cli_error("%s is not mounted: snapshot images exist in a "
+			     "nextfs-fuse mount (offline: nextfs export)",
+			     target);
+		return NX_CLI_FAIL;
+	}
+	root = nx_cli_mount_root(mnt, NX_SP_PATH_ONLY);
+	rc = NX_CLI_FAIL;
+	if (root < 0)
+		goto out;
+	if (asprintf(&path, "%s/%s", NX_IMGDIR_NAME, name) < 0) {
+		path = NULL;
+		nx_cli_error("out of memory");
+	} else if (fstatat(root, path, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+		nx_cli_error(errno == ENOENT ? "no snapshot named %s on %s" :
+			     "the image of snapshot %s on %s: %s", q, mnt,
+			     strerror(errno));
+	} else {
+		free(path);
+		path = NULL;
+		if (asprintf(&path, "%s%s%s/%s", mnt,
+			     mnt[strlen(mnt) - 1] == '/' ? "" : "/",
+			     NX_IMGDIR_NAME, name) < 0) {
+			path = NULL;
+			nx_cli_error("out of memory");
+		} else if (json) {
+			nx_json_init(&j, stdout);
+			nx_json_open(&j, NULL, '{');
+			nx_json_str(&j, "path", path);
+			nx_json_u64(&j, "size", (uint64_t)st.st_size);
+			nx_json_close(&j, '}');
+			nx_json_end(&j);
+			rc = NX_CLI_OK;
+		} else {
+			nx_out_print_quoted(stdout, path);
+			putchar('\n');
+			rc = NX_CLI_OK;
+		}
+	}
+	close(root);
+out:
+	free(path);
+	free(mnt);
+	if (!rc && fflush(stdout))
+		rc = NX_CLI_FAIL;
+	return rc;
+}
+
+int nx_cmd_snapshot_image(struct nx_cli_args *a)
+{
+	return image_path(a->pos[0], a->pos[1], a->opt[NX_OPT_JSON]);
 }

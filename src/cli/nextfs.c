@@ -121,8 +121,27 @@ static const struct nx_cli_cmd run_cmd = {
 	"mount before is flushed (syncfs) before each snapshot.\n",
 };
 
+static const struct nx_cli_cmd image_cmd = {
+	.name = "image", .min = 2, .max = 2, .run = nx_cmd_snapshot_image,
+	.params = "target:MOUNTPOINT snap:NAME",
+	.usage = "[--json] MOUNTPOINT NAME",
+	.opts = (const struct nx_cli_opt[]) {
+		{ "--json", NULL, NX_OPT_JSON, 1 },
+		{ NULL },
+	},
+	.help =
+	"Print the path of the file that is snapshot NAME as a standalone\n"
+	"ext2/3/4 image (MOUNTPOINT/.snapshot-images/NAME: read-only, for\n"
+	"root and the user who mounted the volume; loop-mount it, copy it\n"
+	"with cp --sparse=always, check it with e2fsck).  MOUNTPOINT may\n"
+	"also be the image a nextfs-fuse daemon serves.  The path prints\n"
+	"quoted where needed, as ls does; --json prints it exactly, with\n"
+	"the image's size.\n",
+};
+
 static const struct nx_cli_cmd *const snapshot_cmds[] = {
-	&take_cmd, &delete_cmd, &list_cmd, &prune_cmd, &run_cmd, NULL,
+	&take_cmd, &delete_cmd, &list_cmd, &prune_cmd, &run_cmd, &image_cmd,
+	NULL,
 };
 
 static const struct nx_cli_cmd snapshot_cmd = {
@@ -139,7 +158,8 @@ static const struct nx_cli_cmd snapshot_cmd = {
 	"only the names, each followed by a NUL byte.  A NAME that\n"
 	"starts with '-' goes after '--'.  prune deletes @GMT snapshots\n"
 	"a SPEC does not keep; run takes a snapshot before and after\n"
-	"COMMAND.  'nextfs snapshot COMMAND --help' says more.\n",
+	"COMMAND; image prints the path of a snapshot's image file on a\n"
+	"mount.  'nextfs snapshot COMMAND --help' says more.\n",
 };
 
 static const struct nx_cli_cmd versions_cmd = {
@@ -207,18 +227,32 @@ static const struct nx_cli_cmd check_cmd = {
 
 static const struct nx_cli_cmd export_cmd = {
 	.name = "export", .min = 3, .max = 3, .run = nx_cmd_export,
-	.params = "image:IMAGE snap:NAME out:OUT.img",
-	.usage = "[-f|--force] IMAGE NAME OUT.img\n"
-		 "IMAGE NAME - > stream.img",
-	.summary = "write a snapshot as a standalone image",
+	.params = "target:SOURCE snap:NAME out:OUT.img",
+	.usage = "[-f|--force] [--json] SOURCE NAME OUT.img\n"
+		 "SOURCE NAME - > stream.img\n"
+		 "--since OLD [--json] SOURCE NEW OUT.img",
+	.summary = "write a snapshot as a standalone image; --since OLD "
+		   "updates an export of OLD",
 	.opts = (const struct nx_cli_opt[]) {
 		{ "-f|--force", NULL, NX_OPT_FORCE, 1 },
+		{ "--json", NULL, NX_OPT_JSON, 1 },
+		{ "--since", "snap:OLD", NX_OPT_SINCE, 1 },
 		{ NULL },
 	},
 	.help =
-	"Write snapshot NAME of the unmounted volume IMAGE as a standalone\n"
-	"sparse ext2/3/4 image without snapshots, or to stdout ('-').\n"
-	"An existing OUT.img is replaced only with --force.\n",
+	"Write snapshot NAME as a standalone sparse ext2/3/4 image without\n"
+	"snapshots, or to stdout ('-').  SOURCE is an unmounted image or\n"
+	"device, or a mounted nextfs volume (its mountpoint, or the image\n"
+	"it serves): the output is the same.  An existing OUT.img is\n"
+	"replaced only with --force.\n"
+	"\n"
+	"--since OLD: OUT.img (a file or block device) holds the export of\n"
+	"snapshot OLD of this volume; make it the export of NEW in place,\n"
+	"writing only the blocks that differ.  Anything else in OUT.img\n"
+	"is refused, and nothing is written.  An interrupted update is\n"
+	"completed by running the same command again.\n"
+	"\n"
+	"  --json   print what was written as one JSON object\n",
 };
 
 static const struct nx_cli_cmd diff_cmd = {

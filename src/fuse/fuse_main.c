@@ -181,7 +181,7 @@ static void life_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
 		fuse_reply_none(req);
 		return;
 	}
-	nx_fuse_snap_ops.forget(req, ino, nlookup);
+	nx_fuse_image_ops.forget(req, ino, nlookup);
 	forget_end();
 }
 
@@ -192,7 +192,7 @@ static void life_forget_multi(fuse_req_t req, size_t count,
 		fuse_reply_none(req);
 		return;
 	}
-	nx_fuse_snap_ops.forget_multi(req, count, forgets);
+	nx_fuse_image_ops.forget_multi(req, count, forgets);
 	forget_end();
 }
 
@@ -205,13 +205,13 @@ static void life_destroy(void *userdata)
 	pthread_mutex_unlock(&life.mu);
 	nx_holder_finishing(life.holder);
 	stop_threads(userdata);
-	nx_fuse_snap_ops.destroy(userdata);
+	nx_fuse_image_ops.destroy(userdata);
 }
 
 /* What the session runs: the operations, with the gate around them. */
 static struct fuse_lowlevel_ops session_ops(void)
 {
-	struct fuse_lowlevel_ops ops = nx_fuse_snap_ops;
+	struct fuse_lowlevel_ops ops = nx_fuse_image_ops;
 
 	ops.forget = life_forget;
 	ops.forget_multi = life_forget_multi;

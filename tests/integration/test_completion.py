@@ -108,7 +108,7 @@ class CompletionTest(nx.NxTestCase):
         self.assertEqual(self.nx('--v'), ['--version'])
         self.assertEqual(self.nx('snapshot', ''),
                          ['take', 'delete', 'list', 'prune',
-                          'run'])
+                          'run', 'image'])
         self.assertEqual(self.nx('snapshot', 'l'), ['list'])
 
     def test_options_of_each_command(self):
@@ -126,7 +126,9 @@ class CompletionTest(nx.NxTestCase):
         self.assertEqual(set(self.nx('restore', '-')),
                          {'-r', '--destroy-newer', '-v', '--help'})
         self.assertEqual(set(self.nx('export', '-')),
-                         {'-f', '--force', '--help'})
+                         {'-f', '--force', '--json', '--since', '--help'})
+        self.assertEqual(set(self.nx('snapshot', 'image', '-')),
+                         {'--json', '--help'})
         self.assertEqual(set(self.nx('versions', '-')),
                          {'--json', '--restore', '--to', '--help'})
         self.assertEqual(set(self.nx('send', '-')),
@@ -156,6 +158,9 @@ class CompletionTest(nx.NxTestCase):
                  ['monday', 'my snap', 'm\u00e4rz']),
                 (('snapshot', 'delete', img, 'my\\ '), ['my snap']),
                 (('export', '-f', img, 'a'), ["a'b=c"]),
+                (('export', img, '--since', 'my'), ['my snap']),
+                (('export', img, '--since', 'monday', 't'), ['tab\there']),
+                (('snapshot', 'image', img, 'my\\ '), ['my snap']),
                 (('diff', img, 'monday', 't'), ['tab\there']),
                 (('send', img, 'mo'), ['monday']),
                 (('send', img, 'monday', '-p', 't'), ['tab\there']),

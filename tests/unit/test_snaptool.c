@@ -17,6 +17,7 @@
 #include "nextfs/file.h"
 #include "nextfs/inode.h"
 #include "nextfs/snapshot.h"
+#include "nextfs/image.h"
 #include "nextfs/snaptool.h"
 
 static struct nx_cred root;
@@ -542,7 +543,7 @@ static void export_to(struct nx_volume *vol, const char *name,
 					    sizeof(msg)) == 0, "%s", msg);
 	fd = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
 	ck_assert_int_ge(fd, 0);
-	ck_assert_int_eq(nx_imgsrc_write(src, fd, how, NULL), 0);
+	ck_assert_int_eq(nx_imgsrc_write(src, fd, how, NULL, NULL), 0);
 	close(fd);
 	nx_imgsrc_close(src);
 }
