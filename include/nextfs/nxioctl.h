@@ -47,6 +47,30 @@
  * root (after -o fakeroot's mapping) and the user who mounted the volume
  * may receive: a receive rewrites any file of the tree, so taking
  * snapshots (docs/security.md) is not enough (EPERM).
+ *
+ * NX_IOC_DELTA_START (any file or directory): the daemon classifies what
+ * changed from snapshot old_id to snapshot new_id (0: the live tree; with
+ * NX_IOC_DELTA_FULL from an empty tree) with the snapshots' block maps
+ * (delta.h), under the volume lock, and keeps the encoded delta
+ * (nx_delta_encode) for NX_IOC_DELTA_READ, which hands it out in chunks
+ * at the offsets asked (a restricted ioctl carries less than 16 KiB each
+ * way).  The handle is random and only the user who started it may read
+ * it; a delta is dropped once its last byte was read, and the oldest is
+ * dropped when NX_DELTA_SESSIONS are kept.  Only root (after -o fakeroot)
+ * and the user who mounted the volume may start one (EPERM for others,
+ * who walk the trees instead: names in directories they cannot read are
+ * never shown to them; docs/security.md).
+ *
+ * MNT/.snapshot-images/NAME (NX_IMGDIR_NAME) is snapshot NAME as a
+ * standalone image file (image.h; docs/snapshots.md).  NX_IOC_IMG_CHANGES
+ * (on such a file, open; old_id's image open too, by the same or another
+ * process): what turns the export of snapshot old_id into this file's
+ * content, as nx_imgsrc_changes() gives it: up to max (at most
+ * NX_IOC_IMG_RUNS) runs from block start on, and where to go on.  For
+ * "nextfs export --since" on a mounted volume.
+ *
+ * Numbers: 0xE5-0xE8 for receive, 0xF0-0xF2 for the delta and image
+ * ioctls; 0xE9-0xEF are free.
  */
 #ifndef NEXTFS_NXIOCTL_H
 #define NEXTFS_NXIOCTL_H
@@ -92,6 +116,32 @@ struct nx_ioc_volinfo {
 #define NX_IOC_GET_INOMAP	_IOR('N', 0xE1, struct nx_ioc_inomap)
 #define NX_IOC_SNAP_NEXT	_IOWR('N', 0xE2, struct nx_ioc_snap)
 #define NX_IOC_GET_VOLINFO	_IOR('N', 0xE3, struct nx_ioc_volinfo)
+
+/* The virtual directory of image files, at the root of the mount. */
+#define NX_IMGDIR_NAME		".snapshot-images"
+
+#define NX_IOC_IMG_RUNS		500
+#define NX_IOC_IMG_WRITE	1	/* = NX_IMG_WRITE: NEW's content */
+#define NX_IOC_IMG_ZERO		2	/* = NX_IMG_ZERO: free in NEW */
+
+struct nx_ioc_img_run {
+	uint64_t blk;
+	uint32_t len;
+	uint32_t kind;			/* NX_IOC_IMG_* */
+};
+
+struct nx_ioc_img_changes {
+	uint32_t old_id;		/* in: the snapshot the target holds */
+	uint32_t max;			/* in: runs wanted (<= NX_IOC_IMG_RUNS) */
+	uint64_t start;			/* in: first block to look at */
+	uint64_t next;			/* out: the next call's start; the
+					   block count when done */
+	uint32_t count;			/* out: runs filled */
+	uint32_t pad;
+	struct nx_ioc_img_run run[NX_IOC_IMG_RUNS];
+};
+
+#define NX_IOC_IMG_CHANGES	_IOWR('N', 0xF2, struct nx_ioc_img_changes)
 
 #define NX_IOC_OPSTATS_SIZE	4096
 struct nx_ioc_opstats {
@@ -165,5 +215,31 @@ struct nx_ioc_recv_end {
 #define NX_IOC_RECV_DATA	_IOW('N', 0xE6, struct nx_ioc_recv_data)
 #define NX_IOC_RECV_STATUS	_IOWR('N', 0xE7, struct nx_ioc_recv_status)
 #define NX_IOC_RECV_END		_IOW('N', 0xE8, struct nx_ioc_recv_end)
+
+#define NX_IOC_DELTA_FULL	0x1	/* from an empty tree */
+#define NX_IOC_DELTA_EXTENTS	0x2	/* changed extents of regular files */
+
+struct nx_ioc_delta_start {
+	uint32_t old_id;		/* in: snapshot id */
+	uint32_t new_id;		/* in: snapshot id, 0 = the live tree */
+	uint32_t flags;			/* in: NX_IOC_DELTA_* */
+	uint32_t pad;
+	uint64_t handle;		/* out */
+	uint64_t size;			/* out: bytes of the encoded delta */
+};
+
+#define NX_DELTA_SESSIONS	4
+#define NX_IOC_DELTA_CHUNK	(16384 - 64)
+
+struct nx_ioc_delta_read {
+	uint64_t handle;		/* in */
+	uint64_t offset;		/* in */
+	uint32_t len;			/* out: bytes in data */
+	uint32_t pad;
+	char data[NX_IOC_DELTA_CHUNK];
+};
+
+#define NX_IOC_DELTA_START	_IOWR('N', 0xF0, struct nx_ioc_delta_start)
+#define NX_IOC_DELTA_READ	_IOWR('N', 0xF1, struct nx_ioc_delta_read)
 
 #endif

@@ -30,39 +30,6 @@
 /* Exit status of an interrupted receive that can be resumed. */
 #define NX_CLI_RESUMABLE	3
 
-static void receive_usage(FILE *out)
-{
-	fprintf(out,
-		"usage: nextfs receive [-F|--force] [--resume] [-f FILE] [-v] [--json]\n"
-		"                      TARGET\n"
-		"       nextfs receive --abort TARGET\n"
-		"       nextfs receive --token TARGET\n"
-		"\n"
-		"Apply a send stream (btrfs send stream format: from 'nextfs send'\n"
-		"or 'btrfs send') read from standard input or FILE to TARGET, an\n"
-		"image or the mountpoint of a nextfs volume, and take the snapshot\n"
-		"it describes there.  A full stream needs a target without\n"
-		"snapshots and with an empty live tree; an incremental one needs the\n"
-		"stream's parent as the newest snapshot and the live tree unchanged\n"
-		"since.  Nothing half received is ever a snapshot.\n"
-		"\n"
-		"  -F, --force   empty the live tree (full stream) or roll it back to\n"
-		"                the parent (incremental) first; give up a pending\n"
-		"                receive of another stream\n"
-		"  --resume      continue an interrupted receive: with the same stream\n"
-		"                again, or one from 'nextfs send ... --resume TOKEN'\n"
-		"  --abort       give up an interrupted receive: the live tree goes\n"
-		"                back to where it started\n"
-		"  --token       print the resume token of an interrupted receive\n"
-		"                (with --json: where it stopped, as JSON)\n"
-		"  -f FILE       read the stream from FILE instead of standard input\n"
-		"  -v            say what was received\n"
-		"  --json        report as JSON on standard output\n"
-		"\n"
-		"Exit status: 0 received, 1 failed (the target is as it was), 2 usage,\n"
-		"3 interrupted (stream cut, out of space, stopped): resumable.\n");
-}
-
 /* ------------------------------------------------------------------ */
 /* A receive, in this process or in the daemon.                        */
 
@@ -586,75 +553,66 @@ static int pending_op(struct rcv *c, int abort, int json)
 	return NX_CLI_OK;
 }
 
-int nx_cmd_receive(int argc, char **argv)
+/*
+ * The option rules the table cannot state: one of --resume, --abort and
+ * --token at most, and the last two take no stream.
+ */
+static int check_options(const struct nx_cli_args *a)
 {
-	const char *args[2] = { NULL, NULL }, *file = NULL;
-	int n, force = 0, resume = 0, abort = 0, token = 0, verbose = 0;
-	int json = 0, rc, fd = 0, i, ops, flags;
+	int resume = a->opt[NX_OPT_RESUME], abort = a->opt[NX_OPT_ABORT];
+	int token = a->opt[NX_OPT_TOKEN];
+
+	if (resume + abort + token > 1)
+		return nx_cli_usage_error(a, "--resume, --abort and --token: "
+					  "one at a time");
+	if ((abort || token) && a->opt[NX_OPT_FORCE])
+		return nx_cli_usage_error(a, "%s takes no stream: -F does not "
+					  "go with it",
+					  abort ? "--abort" : "--token");
+	if ((abort || token) && a->val[NX_OPT_INPUT])
+		return nx_cli_usage_error(a, "%s takes no stream: -f does not "
+					  "go with it",
+					  abort ? "--abort" : "--token");
+	if (!abort && !token && !a->val[NX_OPT_INPUT] && isatty(0))
+		return nx_cli_usage_error(a, "the stream comes on standard "
+					  "input (or -f FILE), not from a "
+					  "terminal");
+	return NX_CLI_OK;
+}
+
+int nx_cmd_receive(struct nx_cli_args *a)
+{
+	const char *target = a->pos[0], *file = a->val[NX_OPT_INPUT];
+	const char *what = file ? file : "standard input";
+	int abort = a->opt[NX_OPT_ABORT], token = a->opt[NX_OPT_TOKEN];
+	int json = a->opt[NX_OPT_JSON], rc, fd = 0, flags;
 	char *first = NULL;
 	size_t flen = 0;
-	struct nx_cli_opt opts[] = {
-		{ "-F|--force", &force, 1 },
-		{ "--resume", &resume, 1 },
-		{ "--abort", &abort, 1 },
-		{ "--token", &token, 1 },
-		{ "-v|--verbose", &verbose, 1 },
-		{ "--json", &json, 1 },
-		{ NULL, NULL, 0 },
-	};
-	char **av = calloc((size_t)argc + 1, sizeof(*av));
 	struct rcv c;
 
-	if (!av)
-		return NX_CLI_FAIL;
-	/* -f FILE takes a value: take it out before the flags are parsed. */
-	for (i = n = 0; i < argc; i++) {
-		if (i > 0 && (!strcmp(argv[i], "-f") ||
-			      !strcmp(argv[i], "--file")) && i + 1 < argc) {
-			file = argv[++i];
-			continue;
-		}
-		av[n++] = argv[i];
-	}
-	rc = nx_cli_parse(n, av, "receive", opts, args, 2, &n);
-	free(av);
-	if (rc == NX_CLI_HELP) {
-		receive_usage(stdout);
-		return NX_CLI_OK;
-	}
+	rc = check_options(a);
 	if (rc)
 		return rc;
-	ops = resume + abort + token;
-	if (n != 1 || ops > 1 || ((abort || token) && (force || file))) {
-		receive_usage(stderr);
-		return NX_CLI_USAGE;
-	}
-	if (!abort && !token) {
-		if (file) {
-			fd = open(file, O_RDONLY | O_CLOEXEC);
-			if (fd < 0) {
-				nx_cli_error("%s: %s", file, strerror(errno));
-				return NX_CLI_FAIL;
-			}
-		} else if (isatty(0)) {
-			nx_cli_error("receive: the stream comes on standard input "
-				     "(or -f FILE), not from a terminal");
-			return NX_CLI_USAGE;
+	if (file) {
+		fd = open(file, O_RDONLY | O_CLOEXEC);
+		if (fd < 0) {
+			nx_cli_error("%s: %s", file, strerror(errno));
+			return NX_CLI_FAIL;
 		}
 	}
-	flags = (force ? NX_RECV_FORCE : 0) | (resume ? NX_RECV_RESUME : 0);
+	flags = (a->opt[NX_OPT_FORCE] ? NX_RECV_FORCE : 0) |
+		(a->opt[NX_OPT_RESUME] ? NX_RECV_RESUME : 0);
 	catch_signals();
-	if (!abort && !token &&
-	    read_first(fd, file ? file : "standard input", &first, &flen)) {
+	if (!abort && !token && read_first(fd, what, &first, &flen)) {
 		rc = NX_CLI_FAIL;
 		goto out;
 	}
-	if (!abort && !token && !nx_cli_is_dir(args[0]) &&
-	    precheck(args[0], flags, first, flen)) {
+	if (!abort && !token && !nx_cli_is_dir(target) &&
+	    precheck(target, flags, first, flen)) {
 		rc = NX_CLI_FAIL;
 		goto out;
 	}
-	if (rcv_open(&c, args[0])) {
+	if (rcv_open(&c, target)) {
 		rcv_close(&c);
 		rc = NX_CLI_FAIL;
 		goto out;
@@ -664,8 +622,8 @@ int nx_cmd_receive(int argc, char **argv)
 	else if (rcv_begin(&c, flags))
 		rc = NX_CLI_FAIL;
 	else
-		rc = do_receive(&c, fd, file ? file : "standard input", json,
-				verbose, first, flen);
+		rc = do_receive(&c, fd, what, json, a->opt[NX_OPT_VERBOSE],
+				first, flen);
 	if (rcv_close(&c) && rc == NX_CLI_OK)
 		rc = NX_CLI_FAIL;
 out:

@@ -3,8 +3,9 @@
  * (chattr/lsattr through FS_IOC_GETFLAGS/SETFLAGS and the fileattr pair
  * FS_IOC_FSGETXATTR/FSSETXATTR), the generation number, and nextfs's own
  * (nxioctl.h): the real mtime, the inode numbering of a tree, the
- * snapshot list and the volume's superblock (the receive ioctls are
- * recv_ioctl.c's).  Like every operation, each
+ * snapshot list, the volume's superblock and the delta of two trees
+ * (delta_ops.c; the receive ioctls are recv_ioctl.c's).  Like every
+ * operation, each
  * runs under the volume lock and replies after it is dropped
  * (NX_IOC_GET_OPSTATS needs no lock: the counters are atomic).
  */
@@ -307,6 +308,7 @@ void nx_fuse_ioctl(fuse_req_t req, fuse_ino_t nodeid, unsigned int cmd,
 		struct nx_ioc_inomap map;
 		struct nx_ioc_snap snap;
 		struct nx_ioc_volinfo vol;
+		struct nx_ioc_delta_start delta;
 	} out;
 	size_t out_size = out_bufsz < sizeof(out) ? out_bufsz : sizeof(out);
 	struct nx_cred cred;
@@ -318,6 +320,10 @@ void nx_fuse_ioctl(fuse_req_t req, fuse_ino_t nodeid, unsigned int cmd,
 	}
 	if (cmd == NX_IOC_GET_OPSTATS) {
 		reply_opstats(req, out_bufsz);
+		return;
+	}
+	if (cmd == NX_IOC_DELTA_READ) {	/* the session has its own lock */
+		nx_fuse_delta_read(req, in_buf, in_bufsz, out_bufsz);
 		return;
 	}
 	if (nx_fuse_recv_ioctl(req, nodeid, cmd, in_buf, in_bufsz, out_bufsz))
@@ -350,6 +356,10 @@ void nx_fuse_ioctl(fuse_req_t req, fuse_ino_t nodeid, unsigned int cmd,
 	case NX_IOC_GET_VOLINFO:
 		err = ioctl_get_volinfo(live, sees_whole_super(req, &cred),
 					&out, &out_size);
+		break;
+	case NX_IOC_DELTA_START:
+		err = nx_fuse_delta_start(req, live, &cred, in_buf, in_bufsz,
+					  &out, &out_size);
 		break;
 	default:
 		err = ENOTTY;

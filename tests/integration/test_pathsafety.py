@@ -30,6 +30,7 @@ Runs once (no flavour): ext4 images, as root.
 """
 
 import ctypes
+import fcntl
 import os
 import select
 import signal
@@ -45,6 +46,8 @@ from nxharness import read_file, write_file
 IN_OPEN = 0x20
 IN_CLOEXEC = 0o2000000
 DEPTH = 2000
+# nxioctl.h: _IOWR('N', 0xF0, struct nx_ioc_delta_start)
+NX_IOC_DELTA_START = (3 << 30) | (32 << 16) | (ord('N') << 8) | 0xF0
 
 
 def tool(*args, user=None, stdout=subprocess.PIPE):
@@ -519,6 +522,73 @@ class PathSafetyTest(nx.NxTestCase):
         with open('/dev/full', 'wb') as full:
             rc, _, err = tool('diff', img, 'empty', 'd0', stdout=full)
         self.assertEqual(rc, 1, err)
+        self.fsck(img)
+
+    def test_diff_daemon_and_walk(self):
+        """Root (and the mounting user) get the daemon's block-map delta,
+        anyone else the walk through the kernel: on trees everyone may
+        read both say exactly what the image's diff says; a name in a
+        directory nobody may not read never reaches nobody."""
+        img = self.make_image()
+        with self.snapmount(img) as m:
+            os.chmod(m.p('lost+found'), 0o755)
+            os.mkdir(m.p('pub'))
+            for i in range(12):
+                write_file(m.p('pub', 'f%d' % i), b'%d' % i * 300)
+            os.mkdir(m.p('pub', 'sub'))
+            os.symlink('f1', m.p('pub', 'ln'))
+            snap(m, 'p0')
+            write_file(m.p('pub', 'f0'), b'other content')
+            os.rename(m.p('pub', 'f1'), m.p('pub', 'f1.moved'))
+            os.unlink(m.p('pub', 'f2'))
+            os.link(m.p('pub', 'f3'), m.p('pub', 'sub', 'f3.link'))
+            os.chmod(m.p('pub', 'f4'), 0o640)
+            os.setxattr(m.p('pub', 'f5'), 'user.k', b'v')
+            os.unlink(m.p('pub', 'f6'))
+            os.mkdir(m.p('pub', 'f6'))          # a file became a directory
+            os.rename(m.p('pub', 'sub'), m.p('pub', 'sub2'))
+            os.unlink(m.p('pub', 'ln'))
+            os.symlink('f9', m.p('pub', 'ln'))
+            write_file(m.p('new'), b'n')
+            snap(m, 'p1')
+            os.mkdir(m.p('secret'), 0o700)
+            snap(m, 's0')
+            write_file(m.p('secret', 'hidden-name'), b'x')
+            snap(m, 's1')
+            root_out = [ok('diff', m.path, x, y) for x, y in
+                        (('p0', 'p1'), ('p1', 's1'))]
+            # nobody is not handed the delta; the walk says the same
+            rc, user_out, err = tool('diff', m.path, 'p0', 'p1',
+                                     user=(UID, GID))
+            self.assertEqual(rc, 0, err)
+            self.assertEqual(user_out, root_out[0])
+
+            def start_delta(path):
+                fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+                try:
+                    fcntl.ioctl(fd, NX_IOC_DELTA_START,
+                                struct.pack('IIIIQQ', 1, 0, 0, 0, 0, 0))
+                finally:
+                    os.close(fd)
+            with self.assertRaises(PermissionError):
+                self.as_nobody(start_delta, m.path)
+            # ... and cannot learn a name it could not list
+            rc, out, err = tool('diff', m.path, 'p1', 's1', user=(UID, GID))
+            self.assertEqual(rc, 1, out)
+            self.assertIn('Permission denied', err)
+            self.assertNotIn(b'hidden-name', out)
+            self.assertNotIn('hidden-name', err)
+        self.assertIn(b'+ /secret/hidden-name\n', root_out[1])
+        self.assertEqual(root_out[0], b''.join(
+            b'%s\n' % line for line in (
+                b'M /', b'+ /new', b'M /pub', b'M /pub/f0',
+                b'R /pub/f1 -> /pub/f1.moved', b'- /pub/f2', b'M /pub/f3',
+                b'M /pub/f4', b'M /pub/f5', b'- /pub/f6', b'+ /pub/f6',
+                b'- /pub/ln', b'+ /pub/ln', b'R /pub/sub -> /pub/sub2',
+                b'M /pub/sub2',
+                b'+ /pub/sub2/f3.link')))
+        self.assertEqual(ok('diff', img, 'p0', 'p1'), root_out[0])
+        self.assertEqual(ok('diff', img, 'p1', 's1'), root_out[1])
         self.fsck(img)
 
 

@@ -34,7 +34,7 @@
 #include "nextfs/crc32c.h"
 #include "nextfs/devname.h"
 #include "nextfs/retention.h"
-#include "safepath.h"
+#include "nextfs/safepath.h"
 
 #define PROG "nextfs-fuse"
 
@@ -523,6 +523,7 @@ int main(int argc, char *argv[])
 	cfg.device = device;
 	cfg.mountpoint = mountpoint;
 	cfg.mount_name = mount_name;
+	cfg.mount_fd = mount_fd;
 	cfg.rdonly = c.rdonly;
 	cfg.foreground = c.foreground;
 	cfg.singlethread = c.singlethread;

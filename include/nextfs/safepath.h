@@ -1,5 +1,8 @@
 /*
- * safepath.h - acting on paths that other users control (CLI layer).
+ * safepath.h - acting on paths that other users control.  Layer: fuse/
+ * (nextfs-fuse resolves its image and mountpoint here), used by cli/ too;
+ * it calls nothing of nextfs but nx_grow() (devname.h calls it, as its
+ * resolver).
  *
  * The nextfs tool is often run by root on paths below directories other
  * users own (a mount with allow_other that several users share).  Turning
@@ -46,8 +49,8 @@
  *   being opened, EMEDIUMTYPE not on a FUSE mount (NX_SP_FUSE).  They
  *   print nothing; nx_sp_why() words an errno for a message.
  */
-#ifndef NEXTFS_CLI_SAFEPATH_H
-#define NEXTFS_CLI_SAFEPATH_H
+#ifndef NEXTFS_SAFEPATH_H
+#define NEXTFS_SAFEPATH_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -152,6 +155,18 @@ char *nx_sp_mount_name(int fd, const char *path);
  */
 int nx_sp_path_fixed(int fd);
 
+/*
+ * The mount made on the directory DIRFD after DIRFD was opened (DIRFD then
+ * holds the directory underneath, on the mount below): the mount that
+ * mountinfo lists on DIRFD's mount at the path where DIRFD is now (the
+ * topmost, if several).  No name is looked up and nothing on that mount
+ * is opened, so its daemon is asked nothing.  Its device numbers and its
+ * type (TYPE: LEN bytes, "fuse.nextfs"); 0, or -1 with errno (ENOENT:
+ * nothing is mounted there).
+ */
+int nx_sp_mount_over(int dirfd, unsigned *major, unsigned *minor,
+		     char *type, size_t len);
+
 /* 0 if FD is on the mount MNT_ID and not the root of another, else -1
  * with EXDEV.  nx_sp_mount_id: FD's mount id. */
 int nx_sp_mount_id(int fd, uint64_t *mnt_id);
@@ -192,7 +207,7 @@ const char *nx_sp_why(int err);
  * file cannot be read.
  */
 struct nx_sp_mntent {
-	uint64_t id;
+	uint64_t id, parent;		/* the mount's id, its parent's */
 	unsigned major, minor;
 	const char *mnt, *type, *source;
 };

@@ -23,7 +23,8 @@
 #include <sys/syscall.h>
 #include <sys/xattr.h>
 #include <linux/openat2.h>
-#include "safepath.h"
+#include "nextfs/grow.h"
+#include "nextfs/safepath.h"
 
 #define MAX_LINKS	40	/* as the kernel: ELOOP after 40 links */
 
@@ -49,8 +50,8 @@ static void unescape_mountinfo(char *s)
 }
 
 /*
- * Fields of a mountinfo line: 1 the mount id, 3 MAJ:MIN, 5 the
- * mountpoint; after the " - " separator the type and the source.
+ * Fields of a mountinfo line: 1 the mount id, 2 its parent's, 3 MAJ:MIN,
+ * 5 the mountpoint; after the " - " separator the type and the source.
  */
 static int parse_mountinfo(char *line, struct nx_sp_mntent *e)
 {
@@ -69,6 +70,8 @@ static int parse_mountinfo(char *line, struct nx_sp_mntent *e)
 			}
 		} else if (field == 1) {
 			ok = sscanf(tok, "%" SCNu64, &e->id) == 1;
+		} else if (field == 2) {
+			ok &= sscanf(tok, "%" SCNu64, &e->parent) == 1;
 		} else if (field == 3) {
 			ok &= sscanf(tok, "%u:%u", &e->major, &e->minor) == 2;
 		} else if (field == 5) {
@@ -178,6 +181,53 @@ int nx_sp_mount_id(int fd, uint64_t *mnt_id)
 		return 0;
 	}
 	return fdinfo_mount_id(fd, mnt_id);	/* kernels before 5.8 */
+}
+
+struct over {
+	uint64_t parent;		/* the mount below */
+	const char *path;		/* where the directory is */
+	unsigned major, minor;
+	char *type;
+	size_t len;
+	int found;
+};
+
+static int match_over(void *priv, const struct nx_sp_mntent *e)
+{
+	struct over *o = priv;
+
+	if (e->parent == o->parent && !strcmp(e->mnt, o->path)) {
+		o->major = e->major;
+		o->minor = e->minor;
+		snprintf(o->type, o->len, "%s", e->type);
+		o->found = 1;
+	}
+	return 0;		/* go on: the last one listed is the topmost */
+}
+
+int nx_sp_mount_over(int dirfd, unsigned *major, unsigned *minor,
+		     char *type, size_t len)
+{
+	struct over o = { .type = type, .len = len };
+	char *path;
+	int rc = -1;
+
+	if (nx_sp_mount_id(dirfd, &o.parent))
+		return -1;
+	path = nx_sp_fd_path(dirfd);
+	if (!path)
+		return -1;
+	o.path = path;
+	if (nx_sp_mountinfo_each(match_over, &o) == 0) {
+		if (o.found)
+			rc = 0;
+		else
+			errno = ENOENT;
+	}
+	*major = o.major;
+	*minor = o.minor;
+	free(path);
+	return rc;
 }
 
 int nx_sp_on_mount(int fd, uint64_t mnt_id)
@@ -535,18 +585,17 @@ int nx_sp_lstat(int dirfd, const char *rel, struct stat *st)
 
 char *nx_sp_readlink(int dirfd, const char *name, size_t *len)
 {
-	size_t size = 256;
-	char *buf = NULL, *more;
+	size_t size = 0;
+	char *buf = NULL;
 	ssize_t n;
 
 	for (;;) {
-		more = realloc(buf, size);
-		if (!more) {
+		/* the first time 256 bytes, then twice as many */
+		if (nx_grow((void **)&buf, &size, size, 1, 256)) {
 			free(buf);
 			errno = ENOMEM;
 			return NULL;
 		}
-		buf = more;
 		n = readlinkat(dirfd, name, buf, size);
 		if (n < 0) {
 			free(buf);
@@ -554,7 +603,6 @@ char *nx_sp_readlink(int dirfd, const char *name, size_t *len)
 		}
 		if ((size_t)n < size)
 			break;
-		size *= 2;
 	}
 	buf[n] = 0;
 	if (len)
@@ -606,16 +654,9 @@ static int push_step(struct walker *w, const char *name, int fd)
 	uint64_t id;
 	int e;
 
-	if (w->n == w->cap) {
-		size_t cap = w->cap ? 2 * w->cap : 16;
-		struct step *more = realloc(w->s, cap * sizeof(*more));
-
-		if (!more) {
-			errno = ENOMEM;
-			goto fail;
-		}
-		w->s = more;
-		w->cap = cap;
+	if (nx_grow((void **)&w->s, &w->cap, w->n, sizeof(*w->s), 16)) {
+		errno = ENOMEM;
+		goto fail;
 	}
 	if (fstat(fd, &st) < 0 || nx_sp_mount_id(fd, &id))
 		goto fail;
