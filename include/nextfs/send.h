@@ -26,8 +26,10 @@
  * - The reader gives what the delta does not hold: file data, symlink
  *   targets and xattrs of either tree (the offline one reads the views;
  *   "nextfs send" on a mountpoint reads .snapshots/NAME through the
- *   mount).  Every error stops the stream (MSG says which file); what
- *   was written is an incomplete stream that a receiver refuses.
+ *   mount).  nextfs's own records (NX_XATTR_PRIVATE, xattr.h) are never
+ *   sent, whichever reader lists them.  Every error stops the stream
+ *   (MSG says which file); what was written is an incomplete stream that
+ *   a receiver refuses.
  */
 #ifndef NEXTFS_SEND_H
 #define NEXTFS_SEND_H

@@ -473,6 +473,41 @@ class ReceiveTest(nx.NxTestCase):
             self.assertEqual(nx.read_file(m.p('d', 'b2')), b'B' * 100)
         self.assert_clean(img)
 
+    # --------------------------------------------------- sending on
+
+    def sent_by_b(self):
+        """B, an ext4 image that received A's (btrfs's) s1, s2 and s3,
+        sends them on: s1 full from the image (read raw), s2 and s3
+        incremental from B's mount.  Made once: {name: stream file}."""
+        cls = type(self)
+        if not getattr(cls, 'b_streams', None):
+            st = self.need_streams()
+            d = tempfile.mkdtemp(prefix='b.', dir=self.shared)
+            img = nx.make_image(os.path.join(d, 'b.img'), 'ext4', '128M')
+            for s in (st.full, st.i2, st.i3):
+                self.ok(receive(img, stream=s), s)
+            out = {n: os.path.join(d, n + '.stream') for n in ('s1', 's2',
+                                                            's3')}
+            nx.run([NEXTFS, 'send', img, 's1', '-o', out['s1']])
+            with self.mounted(img, check=False, workdir=d) as m:
+                for n, parent in (('s2', 's1'), ('s3', 's2')):
+                    nx.run([NEXTFS, 'send', '-p', parent, m.path, n, '-o',
+                            out[n]])
+            cls.b_streams = out
+        return cls.b_streams
+
+    def test_received_snapshots_sent_on_into_btrfs(self):
+        """A stock btrfs receive takes what B sends of snapshots it
+        received: nextfs's own records on B (the received identity) stay
+        on B."""
+        st, b = self.need_streams(), self.sent_by_b()
+        with ns.Btrfs(self.work) as bt:
+            for n in ('s1', 's2'):
+                p = bt.receive(b[n])
+                self.assertEqual(p.returncode, 0, p.stdout)
+                self.assertTreesEqual(st.snap[n], ns.manifest(
+                    bt.p(n), root_mtime=False), 'btrfs ' + n)
+
     # ------------------------------------------------------ users
 
     def test_user_receives_into_own_image(self):
