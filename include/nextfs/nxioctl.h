@@ -21,6 +21,12 @@
  * newest.  One call per snapshot, so that any number of snapshots with
  * any names (newlines included) comes through whole.
  *
+ * NX_IOC_SNAP_IDENTITY (any file or directory): the identity snapshot
+ * id has for replication (nx_snap_identity(), snapshot.h): the UUID and
+ * ctransid "nextfs send" names it by - the sender's for a snapshot this
+ * volume received, which only the daemon can read.  ENOENT if there is
+ * no such snapshot.
+ *
  * NX_IOC_GET_VOLINFO (any file or directory): the volume's superblock as
  * the daemon holds it now (free counts and all), for "nextfs info".  Only
  * root (after -o fakeroot's mapping) and the user who mounted the volume
@@ -69,8 +75,8 @@
  * NX_IOC_IMG_RUNS) runs from block start on, and where to go on.  For
  * "nextfs export --since" on a mounted volume.
  *
- * Numbers: 0xE5-0xE8 for receive, 0xF0-0xF2 for the delta and image
- * ioctls; 0xE9-0xEF are free.
+ * Numbers: 0xE5-0xE8 for receive, 0xE9 the identity, 0xF0-0xF2 for the
+ * delta and image ioctls; 0xEA-0xEF are free.
  */
 #ifndef NEXTFS_NXIOCTL_H
 #define NEXTFS_NXIOCTL_H
@@ -101,6 +107,13 @@ struct nx_ioc_snap {
 	uint32_t blocksize;
 	uint32_t namelen;
 	char name[256];			/* namelen bytes, then NUL */
+};
+
+struct nx_ioc_snap_identity {
+	uint32_t id;			/* in: snapshot id */
+	uint32_t pad;
+	uint64_t ctransid;		/* out */
+	uint8_t uuid[16];		/* out */
 };
 
 #define NX_IOC_VOL_RDONLY	0x1	/* mounted read-only */
@@ -215,6 +228,8 @@ struct nx_ioc_recv_end {
 #define NX_IOC_RECV_DATA	_IOW('N', 0xE6, struct nx_ioc_recv_data)
 #define NX_IOC_RECV_STATUS	_IOWR('N', 0xE7, struct nx_ioc_recv_status)
 #define NX_IOC_RECV_END		_IOW('N', 0xE8, struct nx_ioc_recv_end)
+
+#define NX_IOC_SNAP_IDENTITY	_IOWR('N', 0xE9, struct nx_ioc_snap_identity)
 
 #define NX_IOC_DELTA_FULL	0x1	/* from an empty tree */
 #define NX_IOC_DELTA_EXTENTS	0x2	/* changed extents of regular files */

@@ -78,8 +78,9 @@ int nx_snap_count(struct nx_volume *vol);
  * are never reused on a volume, and two copies of one image that take a
  * snapshot under the same id at different times get different UUIDs),
  * and different on every volume.  Changing the volume's UUID (tune2fs
- * -U) changes those of its snapshots.  The sender puts it into streams
- * and the receiver compares it: this is the only place that derives it.
+ * -U) changes those of its snapshots.  This is the only place that
+ * derives it; streams name a snapshot by its identity (below), which is
+ * this UUID unless the snapshot was received.
  */
 void nx_snap_uuid(const unsigned char vol_uuid[16], uint32_t id,
 		  const struct timespec *taken, unsigned char out[16]);

@@ -622,10 +622,10 @@ static errcode_t begin_stream(struct sender *s, struct nx_ss_enc *e)
 	nx_ss_enc_begin(e, p->parent_id ? NX_SS_C_SNAPSHOT : NX_SS_C_SUBVOL);
 	nx_ss_enc_str(e, NX_SS_A_PATH, p->name);
 	nx_ss_enc_uuid(e, NX_SS_A_UUID, p->uuid);
-	nx_ss_enc_u64(e, NX_SS_A_CTRANSID, p->id);
+	nx_ss_enc_u64(e, NX_SS_A_CTRANSID, p->ctransid);
 	if (p->parent_id) {
 		nx_ss_enc_uuid(e, NX_SS_A_CLONE_UUID, p->parent_uuid);
-		nx_ss_enc_u64(e, NX_SS_A_CLONE_CTRANSID, p->parent_id);
+		nx_ss_enc_u64(e, NX_SS_A_CLONE_CTRANSID, p->parent_ctransid);
 	}
 	return nx_ss_enc_end(e);
 }

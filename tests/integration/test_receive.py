@@ -498,8 +498,8 @@ class ReceiveTest(nx.NxTestCase):
 
     def test_received_snapshots_sent_on_into_btrfs(self):
         """A stock btrfs receive takes what B sends of snapshots it
-        received: nextfs's own records on B (the received identity) stay
-        on B."""
+        received (the incremental one by B's parent's identity, which is
+        A's): nextfs's own records on B stay on B."""
         st, b = self.need_streams(), self.sent_by_b()
         with ns.Btrfs(self.work) as bt:
             for n in ('s1', 's2'):
@@ -507,6 +507,18 @@ class ReceiveTest(nx.NxTestCase):
                 self.assertEqual(p.returncode, 0, p.stdout)
                 self.assertTreesEqual(st.snap[n], ns.manifest(
                     bt.p(n), root_mtime=False), 'btrfs ' + n)
+
+    def test_cascade_keeps_the_first_senders_identity(self):
+        """A -> B -> C: B sends on under A's identity, so C, which got
+        s1 from B, takes A's incremental s2 on top, then B's s3 (from B's
+        mount) on top of A's s2, and ends with A's trees."""
+        st, b = self.need_streams(), self.sent_by_b()
+        img = self.make_image('128M', flavour='ext4')
+        self.ok(receive(img, stream=b['s1']), 's1 from B')
+        self.ok(receive(img, stream=st.i2), "s2 from A onto B's s1")
+        self.ok(receive(img, stream=b['s3']), "s3 from B onto A's s2")
+        with self.mounted(img, check=False) as m:
+            self.assert_received(m, ('s1', 's2', 's3'), 's3')
 
     # ------------------------------------------------------ users
 
