@@ -29,8 +29,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SRCROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
-from nxbench import agebench, mounts, replbench, report, snapbench  # noqa
-from nxbench import workloads                                # noqa: E402
+from nxbench import agebench, mounts, recvbench, replbench  # noqa: E402
+from nxbench import report, snapbench, workloads           # noqa: E402
 from nxbench.mounts import BenchError                       # noqa: E402
 
 MIB, GIB = 1 << 20, 1 << 30
@@ -97,6 +97,8 @@ def parse_args(argv):
     ap.add_argument('--send-files', type=int,
                     help='files (about 64 KiB each) in the send tree '
                     '(default 4000, --quick 1000)')
+    ap.add_argument('--no-receive', action='store_true',
+                    help='skip nextfs receive against cp -a')
     ap.add_argument('--no-aged', action='store_true',
                     help='skip the write on an aged volume')
     ap.add_argument('--pairs', type=int,
@@ -314,7 +316,7 @@ def main(argv):
                         'fio': tool_version(['fio', '--version']),
                         'e2fsprogs': tool_version(['mke2fs', '-V'])}},
            'suite': {}, 'snapshot_costs': [], 'take_scaling': [],
-           'snapdir': [], 'aged': [], 'repl': []}
+           'snapdir': [], 'aged': [], 'repl': [], 'receive': []}
     t_start = time.perf_counter()
     interrupted = None
     try:
@@ -376,6 +378,11 @@ def main(argv):
                 res['take_scaling'].append(c)
                 log('[rep %d/%d] nextfs ls -la .snapshots' % (rep + 1, reps))
                 res['snapdir'].append(snapbench.run_snapdir(
+                    tracker, params, workdir, fuse_bin, cli, log))
+            if 'nextfs' in systems and not args.no_receive:
+                log('[rep %d/%d] nextfs receive against cp -a' %
+                    (rep + 1, reps))
+                res['receive'].append(recvbench.run_receive(
                     tracker, params, workdir, fuse_bin, cli, log))
         # a second sample of the device ceiling, at the other end of the
         # run (drift on the machine; the ceiling is the better of the two)

@@ -5,6 +5,7 @@ import json
 import statistics
 import textwrap
 
+from . import recvbench
 from .workloads import WORKLOADS
 
 MIB = 1 << 20
@@ -411,6 +412,7 @@ def print_tables(res, out):
     _print_snapshots(res, out)
     _print_snapdir(res, out)
     _print_repl(res, out)
+    recvbench.print_table(res, out, _fmt)
 
 
 def _print_repl(res, out):

@@ -7,8 +7,11 @@
  * - nx_send_stream() writes the stream that turns a receiver's copy of
  *   the old tree into the new one: SUBVOL (full) or SNAPSHOT (with the
  *   parent's UUID and ctransid), every change the delta lists, END.  The
- *   UUIDs are nx_snap_uuid()'s (snapshot.h) and ctransid is the snapshot
- *   id.
+ *   caller names the snapshot and its parent by their identity for
+ *   replication (nx_snap_identity(), snapshot.h): their own UUID and id,
+ *   or for a snapshot this volume received, its first sender's - so a
+ *   received snapshot sent on (A -> B -> C) is the same snapshot to C as
+ *   A's, and C takes incremental streams of either.
  * - Names are changed in an order that never needs a name that is still
  *   taken or a directory that is not there yet: every name that goes
  *   away is removed deepest first (a directory, or the last name of a
@@ -26,8 +29,10 @@
  * - The reader gives what the delta does not hold: file data, symlink
  *   targets and xattrs of either tree (the offline one reads the views;
  *   "nextfs send" on a mountpoint reads .snapshots/NAME through the
- *   mount).  Every error stops the stream (MSG says which file); what
- *   was written is an incomplete stream that a receiver refuses.
+ *   mount).  nextfs's own records (NX_XATTR_PRIVATE, xattr.h) are never
+ *   sent, whichever reader lists them.  Every error stops the stream
+ *   (MSG says which file); what was written is an incomplete stream that
+ *   a receiver refuses.
  */
 #ifndef NEXTFS_SEND_H
 #define NEXTFS_SEND_H
@@ -68,10 +73,13 @@ struct nx_send_reader {
 
 struct nx_send_params {
 	const char *name;		/* the snapshot's name: the subvolume */
-	uint32_t id;			/* ctransid */
+	uint32_t id;			/* the snapshot here */
 	uint32_t parent_id;		/* 0: a full stream */
+	/* what the stream names them by (see above) */
 	unsigned char uuid[16];
+	uint64_t ctransid;
 	unsigned char parent_uuid[16];
+	uint64_t parent_ctransid;
 	int fd;				/* where the stream goes */
 	/*
 	 * Resume where a receiver stopped (sendstream.h): the caller checked

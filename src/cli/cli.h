@@ -98,7 +98,8 @@ enum nx_cli_slot {
 	NX_OPT_JSON,		/* --json */
 	NX_OPT_FORMAT,		/* snapshot list: NX_LIST_* */
 	NX_OPT_VERBOSE,		/* -v */
-	NX_OPT_FORCE,		/* export -f: replace the output */
+	NX_OPT_FORCE,		/* export -f: replace the output; receive
+				   -F: empty or roll back the live tree */
 	NX_OPT_REPAIR,		/* check -r */
 	NX_OPT_NO_FSCK,		/* check --no-fsck */
 	NX_OPT_VIEWS,		/* check --views */
@@ -116,8 +117,11 @@ enum nx_cli_slot {
 	NX_OPT_NAMESPACE,	/* mount helper -N NAMESPACE */
 	NX_OPT_PARENT,		/* send -p PARENT */
 	NX_OPT_OUTPUT,		/* send -o FILE */
-	NX_OPT_RESUME,		/* send --resume TOKEN */
+	NX_OPT_RESUME,		/* send --resume TOKEN; receive --resume */
 	NX_OPT_SINCE,		/* export --since OLD */
+	NX_OPT_INPUT,		/* receive -f FILE */
+	NX_OPT_ABORT,		/* receive --abort */
+	NX_OPT_TOKEN,		/* receive --token */
 	NX_CLI_SLOTS
 };
 
@@ -222,8 +226,8 @@ nx_cli_handler nx_cmd_snapshot_take, nx_cmd_snapshot_delete,
 	nx_cmd_snapshot_list, nx_cmd_snapshot_prune, nx_cmd_snapshot_run,
 	nx_cmd_snapshot_image,
 	nx_cmd_versions, nx_cmd_check, nx_cmd_export, nx_cmd_diff,
-	nx_cmd_send, nx_cmd_restore, nx_cmd_info, nx_cmd_umount,
-	nx_cmd_mount_helper;
+	nx_cmd_send, nx_cmd_receive, nx_cmd_restore, nx_cmd_info,
+	nx_cmd_umount, nx_cmd_mount_helper;
 
 /* ------------------------------------------------------------------ */
 /* progress.c - a progress bar on stderr when it is a terminal.        */

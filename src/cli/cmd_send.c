@@ -168,7 +168,8 @@ static void report(const struct send_args *a, const struct nx_send_stats *st)
 
 /*
  * A token resumes only the stream of the pair it names: the snapshots'
- * ids and UUIDs (derived here, from this volume) must be its.
+ * identities (their UUIDs and ctransids, as this volume has them) must
+ * be its.
  */
 static int check_token(const struct send_args *a, struct nx_send_params *p,
 		       struct nx_ss_token *t)
@@ -179,9 +180,9 @@ static int check_token(const struct send_args *a, struct nx_send_params *p,
 		nx_cli_error("not a resume token: %s", a->resume);
 		return -1;
 	}
-	if (t->version != NX_SS_VERSION_1 || t->ctransid != p->id ||
+	if (t->version != NX_SS_VERSION_1 || t->ctransid != p->ctransid ||
 	    memcmp(t->uuid, p->uuid, NX_SS_UUID_LEN) ||
-	    t->parent_ctransid != p->parent_id ||
+	    t->parent_ctransid != (p->parent_id ? p->parent_ctransid : 0) ||
 	    memcmp(t->parent_uuid, p->parent_id ? p->parent_uuid : none,
 		   NX_SS_UUID_LEN)) {
 		nx_cli_error("the resume token is for another stream than "
@@ -254,9 +255,15 @@ static int send_image(const struct send_args *a)
 	}
 	p.id = info[1].id;
 	p.parent_id = a->parent ? info[0].id : 0;
-	nx_snap_uuid_of(vol, &info[1], p.uuid);
-	if (p.parent_id)
-		nx_snap_uuid_of(vol, &info[0], p.parent_uuid);
+	err = nx_snap_identity(vol, &info[1], p.uuid, &p.ctransid);
+	if (!err && p.parent_id)
+		err = nx_snap_identity(vol, &info[0], p.parent_uuid,
+				       &p.parent_ctransid);
+	if (err) {
+		nx_cli_error("the identities of the snapshots: %s",
+			     error_message(err));
+		goto out;
+	}
 	err = nx_snap_delta(vol, p.parent_id, p.id, NX_DELTA_WANT_EXTENTS |
 			    (p.parent_id ? 0 : NX_DELTA_FULL), NULL, &delta,
 			    msg, sizeof(msg));
@@ -294,17 +301,38 @@ static int open_snapshot(const char *mnt, int root, const char *name)
 	return fd;
 }
 
+/*
+ * The identity snapshot ID (NAME) of the mount at MNT has for replication
+ * (nxioctl.h; a received snapshot's is its sender's, which only the
+ * daemon can read), asked through FD: 0 or NX_CLI_FAIL after a message.
+ */
+static int mount_identity(int fd, const char *mnt, const char *name,
+			  uint32_t id, unsigned char uuid[16],
+			  uint64_t *ctransid)
+{
+	struct nx_ioc_snap_identity q;
+
+	memset(&q, 0, sizeof(q));
+	q.id = id;
+	if (ioctl(fd, NX_IOC_SNAP_IDENTITY, &q) < 0) {
+		nx_cli_error("%s: the identity of snapshot '%s': %s", mnt, name,
+			     errno == ENOTTY ? "the daemon does not tell it "
+			     "(an older version?)" : strerror(errno));
+		return NX_CLI_FAIL;
+	}
+	memcpy(uuid, q.uuid, sizeof(q.uuid));
+	*ctransid = q.ctransid;
+	return 0;
+}
+
 static int send_mount(const struct send_args *a)
 {
 	struct mount_reader mr = { .rd = { mr_pread, mr_readlink, mr_xattrs },
 				   .root = { -1, -1 }, .fd = -1 };
-	struct nx_ioc_volinfo *vi = NULL;
 	struct nx_delta delta = { 0 };
 	struct nx_send_params p;
 	struct nx_sp_place pl;
 	struct nx_ioc_snap q[2];
-	struct timespec taken[2];
-	const unsigned char *vol_uuid;
 	int pos[2] = { -1, 0 }, rc = NX_CLI_FAIL, s;
 
 	memset(&p, 0, sizeof(p));
@@ -329,27 +357,20 @@ static int send_mount(const struct send_args *a)
 				     pl.mnt.path);
 			goto out;
 		}
-		taken[s].tv_sec = (time_t)q[s].taken_sec;
-		taken[s].tv_nsec = (long)q[s].taken_nsec;
 	}
 	if (a->parent && pos[0] >= pos[1]) {
 		nx_cli_error("snapshot '%s' is not older than '%s'", a->parent,
 			     a->name);
 		goto out;
 	}
-	vi = calloc(1, sizeof(*vi));
-	if (!vi || ioctl(mr.root[1], NX_IOC_GET_VOLINFO, vi) < 0) {
-		nx_cli_error("%s: the volume's UUID: %s", pl.mnt.path,
-			     strerror(vi ? errno : ENOMEM));
-		goto out;
-	}
 	p.id = q[1].id;
-	vol_uuid = ((struct ext2_super_block *)vi->super)->s_uuid;
-	nx_snap_uuid(vol_uuid, p.id, &taken[1], p.uuid);
-	if (a->parent) {
-		p.parent_id = q[0].id;
-		nx_snap_uuid(vol_uuid, p.parent_id, &taken[0], p.parent_uuid);
-	}
+	p.parent_id = a->parent ? q[0].id : 0;
+	if (mount_identity(mr.root[1], pl.mnt.path, a->name, p.id, p.uuid,
+			   &p.ctransid) ||
+	    (p.parent_id && mount_identity(mr.root[1], pl.mnt.path, a->parent,
+					   p.parent_id, p.parent_uuid,
+					   &p.parent_ctransid)))
+		goto out;
 	if (nx_cli_daemon_delta(mr.root[1], p.parent_id, p.id,
 				NX_IOC_DELTA_EXTENTS |
 				(p.parent_id ? 0 : NX_IOC_DELTA_FULL),
@@ -362,7 +383,6 @@ static int send_mount(const struct send_args *a)
 	rc = write_stream(a, &delta, &mr.rd, &p);
 out:
 	nx_delta_free(&delta);
-	free(vi);
 	if (mr.fd >= 0)
 		close(mr.fd);
 	for (s = 0; s < 2; s++)

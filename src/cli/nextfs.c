@@ -292,6 +292,53 @@ static const struct nx_cli_cmd send_cmd = {
 	"that the token names this snapshot pair.\n",
 };
 
+static const struct nx_cli_cmd receive_cmd = {
+	.name = "receive", .min = 1, .max = 1, .run = nx_cmd_receive,
+	.params = "target:IMAGE_OR_MOUNTPOINT",
+	.usage = "[-F|--force] [--resume] [-f FILE] [-v] [--json] "
+		 "IMAGE_OR_MOUNTPOINT\n"
+		 "--abort|--token [--json] IMAGE_OR_MOUNTPOINT",
+	.summary = "apply a send stream (stdin) and take its snapshot",
+	.opts = (const struct nx_cli_opt[]) {
+		{ "-F|--force", NULL, NX_OPT_FORCE, 1 },
+		{ "--resume", NULL, NX_OPT_RESUME, 1 },
+		{ "-f", "file:FILE", NX_OPT_INPUT, 1 },
+		{ "--file", "file:FILE", NX_OPT_INPUT, 1, .hidden = 1 },
+		{ "-v", NULL, NX_OPT_VERBOSE, 1 },
+		{ "--verbose", NULL, NX_OPT_VERBOSE, 1, .hidden = 1 },
+		{ "--json", NULL, NX_OPT_JSON, 1 },
+		{ "--abort", NULL, NX_OPT_ABORT, 1 },
+		{ "--token", NULL, NX_OPT_TOKEN, 1 },
+		{ NULL },
+	},
+	.help =
+	"Apply a send stream (btrfs send stream format: from 'nextfs send'\n"
+	"or 'btrfs send') read from standard input or FILE to the target,\n"
+	"an image or the mountpoint of a nextfs volume, and take the\n"
+	"snapshot it describes there.  A full stream needs a target without\n"
+	"snapshots and with an empty live tree; an incremental one needs\n"
+	"the stream's parent as the newest snapshot and the live tree\n"
+	"unchanged since.  Nothing half received is ever a snapshot.\n"
+	"\n"
+	"  -F, --force   empty the live tree (full stream) or roll it back\n"
+	"                to the parent (incremental) first; give up a\n"
+	"                pending receive of another stream\n"
+	"  --resume      continue an interrupted receive: with the same\n"
+	"                stream again, or one from 'nextfs send ... --resume\n"
+	"                TOKEN'\n"
+	"  --abort       give up an interrupted receive: the live tree goes\n"
+	"                back to where it started\n"
+	"  --token       print the resume token of an interrupted receive\n"
+	"                (with --json: where it stopped, as JSON)\n"
+	"  -f FILE       read the stream from FILE instead of standard input\n"
+	"  -v            say what was received\n"
+	"  --json        report as JSON on standard output\n"
+	"\n"
+	"Exit status: 0 received, 1 failed (the target is as it was), 2\n"
+	"usage, 3 interrupted (stream cut, out of space, stopped):\n"
+	"resumable.\n",
+};
+
 static const struct nx_cli_cmd restore_cmd = {
 	.name = "restore", .min = 2, .max = 2, .run = nx_cmd_restore,
 	.params = "image:IMAGE snap:NAME",
@@ -380,8 +427,8 @@ static const struct nx_cli_cmd spec_cmd = {
 /* The table: "nextfs --help" lists the commands in this order. */
 static const struct nx_cli_cmd *const commands[] = {
 	&snapshot_cmd, &versions_cmd, &check_cmd, &export_cmd, &diff_cmd,
-	&send_cmd, &restore_cmd, &info_cmd, &umount_cmd, &version_cmd,
-	&help_cmd, &spec_cmd, NULL,
+	&send_cmd, &receive_cmd, &restore_cmd, &info_cmd, &umount_cmd,
+	&version_cmd, &help_cmd, &spec_cmd, NULL,
 };
 
 static const struct nx_cli_cmd nextfs_cmd = {
@@ -391,8 +438,8 @@ static const struct nx_cli_cmd nextfs_cmd = {
 	.help =
 	"Run 'nextfs COMMAND --help' for a command's options.\n"
 	"Exit status: 0 success, 1 failure (nothing changed), 2 usage\n"
-	"(check: as e2fsck; umount: 3 when the daemon ended badly; see\n"
-	"'nextfs COMMAND --help').\n"
+	"(check: as e2fsck; umount: 3 when the daemon ended badly; receive:\n"
+	"3 when interrupted and resumable; see 'nextfs COMMAND --help').\n"
 	"\n"
 	"Unmount with 'nextfs umount MNT': unlike fusermount3 -u it returns\n"
 	"only when the volume is written back, so 'nextfs umount MNT &&\n"

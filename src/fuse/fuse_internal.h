@@ -127,4 +127,14 @@ void nx_fuse_ioctl(fuse_req_t req, fuse_ino_t nodeid, unsigned int cmd,
 		   void *arg, struct fuse_file_info *fi, unsigned flags,
 		   const void *in_buf, size_t in_bufsz, size_t out_bufsz);
 
+/*
+ * recv_ioctl.c: the NX_IOC_RECV_* ioctls ("nextfs receive" into the
+ * mount).  nx_fuse_recv_ioctl() answers CMD and returns 1 if it is one
+ * of them, else 0.  nx_fuse_recv_shutdown(): at unmount, stop a receive
+ * still running (its cursor stays) and free it.
+ */
+int nx_fuse_recv_ioctl(fuse_req_t req, fuse_ino_t nodeid, unsigned int cmd,
+		       const void *in, size_t in_size, size_t out_size);
+void nx_fuse_recv_shutdown(struct nx_fuse *live);
+
 #endif

@@ -11,6 +11,7 @@
 #include "nextfs/grow.h"
 #include "nextfs/send.h"
 #include "nextfs/sendstream.h"
+#include "nextfs/xattr.h"
 
 /* Data per WRITE command: what btrfs sends in version 1. */
 #define SEND_CHUNK	(48 * 1024)
@@ -529,6 +530,18 @@ static const void *xattr_value(const struct nx_send_xattrs *x,
 	return NULL;
 }
 
+/*
+ * nextfs's own records (xattr.h: the receive cursor, the identity of a
+ * received snapshot) are this volume's bookkeeping: a reader that reads
+ * the image raw (sendview.c) sees them, but they never leave the volume
+ * - btrfs receive refuses a system.* name it does not know, and another
+ * nextfs has its own.
+ */
+static int sendable(const char *name)
+{
+	return strncmp(name, NX_XATTR_PRIVATE, strlen(NX_XATTR_PRIVATE)) != 0;
+}
+
 /* Set what is new or different, remove what went (OLD may be NULL). */
 static errcode_t send_xattrs(struct sender *s, const struct nx_delta_inode *d,
 			     int created)
@@ -550,6 +563,8 @@ static errcode_t send_xattrs(struct sender *s, const struct nx_delta_inode *d,
 		goto out;
 	}
 	for (i = 0; i < x[1].n && !err; i++) {
+		if (!sendable(x[1].names[i]))
+			continue;
 		v = xattr_value(&x[0], x[1].names[i], &len);
 		if (!v || len != x[1].lens[i] ||
 		    memcmp(v, x[1].values[i], len))
@@ -557,7 +572,8 @@ static errcode_t send_xattrs(struct sender *s, const struct nx_delta_inode *d,
 					x[1].lens[i]);
 	}
 	for (i = 0; i < x[0].n && !err; i++)
-		if (!xattr_value(&x[1], x[0].names[i], &len))
+		if (sendable(x[0].names[i]) &&
+		    !xattr_value(&x[1], x[0].names[i], &len))
 			err = cmd_xattr(s, path, x[0].names[i], NULL, 0);
 out:
 	nx_send_xattrs_free(&x[0]);
@@ -606,10 +622,10 @@ static errcode_t begin_stream(struct sender *s, struct nx_ss_enc *e)
 	nx_ss_enc_begin(e, p->parent_id ? NX_SS_C_SNAPSHOT : NX_SS_C_SUBVOL);
 	nx_ss_enc_str(e, NX_SS_A_PATH, p->name);
 	nx_ss_enc_uuid(e, NX_SS_A_UUID, p->uuid);
-	nx_ss_enc_u64(e, NX_SS_A_CTRANSID, p->id);
+	nx_ss_enc_u64(e, NX_SS_A_CTRANSID, p->ctransid);
 	if (p->parent_id) {
 		nx_ss_enc_uuid(e, NX_SS_A_CLONE_UUID, p->parent_uuid);
-		nx_ss_enc_u64(e, NX_SS_A_CLONE_CTRANSID, p->parent_id);
+		nx_ss_enc_u64(e, NX_SS_A_CLONE_CTRANSID, p->parent_ctransid);
 	}
 	return nx_ss_enc_end(e);
 }

@@ -102,7 +102,7 @@ class CompletionTest(nx.NxTestCase):
     def test_subcommands(self):
         cmds = self.nx('')
         for c in ('snapshot', 'check', 'export', 'diff', 'restore', 'info',
-                  'version', 'umount'):
+                  'version', 'umount', 'receive'):
             self.assertIn(c, cmds)
         self.assertEqual(self.nx('sn'), ['snapshot'])
         self.assertEqual(self.nx('--v'), ['--version'])
@@ -129,6 +129,9 @@ class CompletionTest(nx.NxTestCase):
                          {'-f', '--force', '--json', '--since', '--help'})
         self.assertEqual(set(self.nx('snapshot', 'image', '-')),
                          {'--json', '--help'})
+        self.assertEqual(set(self.nx('receive', '-')),
+                         {'-F', '--force', '--resume', '-f', '-v', '--json',
+                          '--abort', '--token', '--help'})
         self.assertEqual(set(self.nx('versions', '-')),
                          {'--json', '--restore', '--to', '--help'})
         self.assertEqual(set(self.nx('send', '-')),
