@@ -115,9 +115,40 @@ static void on_block_stats(ext2_filsys fs, blk64_t blk, int inuse)
 }
 
 /*
- * (libext2fs 1.47.0 passes NUM = 0 here - see meta.c - so range frees are
- * not held back.  Ours free blocks the same operation just allocated,
- * which no commit has seen: reusing them at once is safe.)
+ * Is [BLK, BLK + NUM) inside the volume, with no block freed since the
+ * last commit in it (track_block would find each of them fresh)?
+ */
+static int fresh_run(struct nx_txn *t, ext2_filsys fs, blk64_t blk,
+		     blk_t num)
+{
+	blk64_t found;
+
+	if (blk < fs->super->s_first_data_block ||
+	    blk + num > ext2fs_blocks_count(fs->super))
+		return 0;
+	return !t->ndeferred ||
+	       ext2fs_find_first_set_block_bitmap2(t->deferred, blk,
+						   blk + num - 1, &found) != 0;
+}
+
+/* One block of a range (see on_block_range_stats). */
+static void track_range_block(struct nx_txn *t, ext2_filsys fs, blk64_t blk,
+			      int inuse)
+{
+	if (inuse < 0 && ext2fs_test_block_bitmap2(t->fresh, blk))
+		ext2fs_unmark_block_bitmap2(t->fresh, blk);
+	else
+		track_block(t, fs, blk, inuse);
+}
+
+/*
+ * Ranges come from nextfs's allocator (nx_meta_alloc_stats_range: the
+ * range as it is; libext2fs 1.47.0 alone would pass NUM = 0).  Its
+ * allocations must be marked fresh like any other: a new indirect block
+ * is one, and the ordered commit must write it before the inode that
+ * points at it.  Its frees are of blocks the same operation just
+ * allocated, which no commit has seen in use: they may be reused at
+ * once, so they are not held back.
  */
 static void on_block_range_stats(ext2_filsys fs, blk64_t blk, blk_t num,
 				 int inuse)
@@ -127,8 +158,12 @@ static void on_block_range_stats(ext2_filsys fs, blk64_t blk, blk_t num,
 
 	if (t) {
 		note_change(t);
-		for (i = 0; i < num; i++)
-			track_block(t, fs, blk + i, inuse);
+		if (inuse > 0 && fresh_run(t, fs, blk, num))
+			/* A run of file data, maybe long: in one go. */
+			ext2fs_mark_block_bitmap_range2(t->fresh, blk, num);
+		else
+			for (i = 0; i < num; i++)
+				track_range_block(t, fs, blk + i, inuse);
 	}
 	if (t && t->old_range_stats)
 		t->old_range_stats(fs, blk, num, inuse);
