@@ -191,11 +191,13 @@ errcode_t nx_snap_flush(struct nx_volume *vol);
 /*
  * What block BLK is to the snapshots' block maps, for committing without
  * a journal (txn.c): NX_SNAP_RANK_MAP - owned by a snapshot file (a map
- * block or a copy); NX_SNAP_RANK_INODE - an inode-table block holding a
- * snapshot inode; 0 - neither.
+ * block or a copy); NX_SNAP_RANK_ACTIVE - the inode-table block holding
+ * the active snapshot's inode; NX_SNAP_RANK_INODE - one holding another
+ * snapshot inode; 0 - none of these.
  */
 #define NX_SNAP_RANK_MAP	1
 #define NX_SNAP_RANK_INODE	2
+#define NX_SNAP_RANK_ACTIVE	3
 int nx_snap_block_rank(struct nx_volume *vol, blk64_t blk);
 
 errcode_t nx_snap_view_open(struct nx_volume *vol, ext2_ino_t snap_ino,

@@ -326,24 +326,44 @@ static int pick_map_or_fresh(void *priv, uint64_t off)
 	       pick_rank(t, off, NX_SNAP_RANK_MAP);
 }
 
+static int pick_active_inode(void *priv, uint64_t off)
+{
+	return pick_rank(priv, off, NX_SNAP_RANK_ACTIVE);
+}
+
+/* The other snapshot inodes' blocks, counted: a sync only if any. */
+struct inode_pick {
+	struct nx_txn *t;
+	size_t picked;
+};
+
 static int pick_snap_inodes(void *priv, uint64_t off)
 {
-	return pick_rank(priv, off, NX_SNAP_RANK_INODE);
+	struct inode_pick *p = priv;
+	int yes = pick_rank(p->t, off, NX_SNAP_RANK_INODE);
+
+	p->picked += yes;
+	return yes;
 }
 
 /*
  * No journal: copies are already on the device; make them durable, then
  * the snapshots' block maps and the live tree's new blocks (tree blocks
- * before the inodes that point at them), then the snapshot inodes, then
- * everything else.  A crash anywhere leaves every block a snapshot maps
- * either unmapped-and-unchanged or mapped-and-durable, and no inode,
- * indirect block or extent pointing at a new block that was never
- * written (e2fsck would read its old content as block pointers or
- * directory entries).
+ * before the inodes that point at them), then the active snapshot's
+ * inode, then the other snapshot inodes, then everything else.  The
+ * active snapshot's inode comes alone: the block map it roots may be
+ * what maps the copy of an inode-table block holding another snapshot's
+ * inode (and live inodes), which is written in place only after it.
+ * A crash anywhere leaves every block a snapshot maps either
+ * unmapped-and-unchanged or mapped-and-durable, and no inode, indirect
+ * block or extent pointing at a new block that was never written
+ * (e2fsck would read its old content as block pointers or directory
+ * entries).
  */
 static errcode_t write_ordered(struct nx_txn *t)
 {
 	struct nx_blkio *io = t->vol->io;
+	struct inode_pick others = { t, 0 };
 	errcode_t err;
 
 	err = nx_blkio_sync(io);
@@ -352,8 +372,12 @@ static errcode_t write_ordered(struct nx_txn *t)
 	if (!err)
 		err = nx_blkio_sync(io);
 	if (!err)
-		err = nx_blkio_write_held(io, pick_snap_inodes, t);
+		err = nx_blkio_write_held(io, pick_active_inode, t);
 	if (!err)
+		err = nx_blkio_sync(io);
+	if (!err)
+		err = nx_blkio_write_held(io, pick_snap_inodes, &others);
+	if (!err && others.picked)
 		err = nx_blkio_sync(io);
 	if (!err)
 		err = nx_blkio_write_held(io, NULL, NULL);
