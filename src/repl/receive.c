@@ -649,10 +649,15 @@ static int failed(struct nx_recv *r, errcode_t err)
 	errcode_t rerr;
 
 	if (r->state != RS_APPLYING) {
-		/* Nothing of this run applied: nothing changed. */
+		/*
+		 * Nothing of this run applied: nothing changed.  A resumed
+		 * stream cut before it reached the cursor is an interruption
+		 * like any other cut (the pending receive goes on from the
+		 * same cursor); anything else refused this run.
+		 */
 		r->state = RS_FAILED;
 		r->st.resumable = r->pending;
-		r->st.refused = 1;
+		r->st.refused = !(r->pending && err == EXT2_ET_SHORT_READ);
 		return (int)err;
 	}
 	r->state = RS_FAILED;
