@@ -1,5 +1,6 @@
 /*
  * grow.h - arrays that grow by doubling.
+ * Layer: volume/ (header only: every layer may use it).
  *
  * Contract: nx_grow() makes room for element N of the array *V, which has
  * room for *CAP elements of SIZE bytes: nothing happens while N < *CAP;

@@ -1,6 +1,7 @@
 /*
  * inode.h - inode attributes: read/write, stat, timestamps, setattr,
  * allocation of new inodes and final release of unlinked ones.
+ * Layer: fs/ (calls volume/).
  *
  * Contract: all inodes are handled as struct ext2_inode_large of the
  * volume's inode size.  Timestamps carry nanoseconds in the *_extra fields

@@ -1,5 +1,6 @@
 /*
  * nxioctl.h - private ioctls of a nextfs-fuse mount, for the CLI.
+ * Layer: fuse/ (the daemon answers them; cli/ asks).
  *
  * Other file systems answer them with ENOTTY.  All are "restricted" FUSE
  * ioctls (their size is in the number), so any user who can open a file

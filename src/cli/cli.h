@@ -62,7 +62,7 @@ void nx_cli_progress_begin(struct nx_progress *prog);
 void nx_cli_progress_end(struct nx_progress *prog);
 
 /*
- * Open IMAGE for reading through the snapshot engine (nx_volume_open with
+ * Open IMAGE for reading through the snapshot engine (nx_open_volume with
  * NX_VOL_RDONLY), printing the reason on failure.  Returns 0 or
  * NX_CLI_FAIL.  (cmd_diff.c)
  */
@@ -91,7 +91,7 @@ int nx_cli_mount_root(const char *mnt, int flags);
 char *nx_cli_find_mount(const char *image);
 /*
  * The volume TARGET names: a nextfs-fuse mountpoint (*MNT, malloced), an
- * image or device (*VOL, opened with nx_volume_open FLAGS), or an image
+ * image or device (*VOL, opened with nx_open_volume FLAGS), or an image
  * a nextfs-fuse daemon serves (*MNT: its mountpoint).
  */
 int nx_cli_open_target(const char *target, int flags, struct nx_volume **vol,

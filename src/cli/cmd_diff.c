@@ -31,6 +31,7 @@
 #include <linux/fs.h>
 #include <et/com_err.h>
 #include "nextfs/nxioctl.h"
+#include "nextfs/open.h"
 #include "nextfs/snaptool.h"
 #include "cli.h"
 #include "output.h"
@@ -39,7 +40,7 @@
 int nx_cli_open_image(const char *image, struct nx_volume **vol)
 {
 	char msg[512] = "";
-	errcode_t err = nx_volume_open(image, NX_VOL_RDONLY, vol, msg,
+	errcode_t err = nx_open_volume(image, NX_VOL_RDONLY, vol, msg,
 				       sizeof(msg));
 
 	if (err) {

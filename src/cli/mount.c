@@ -14,6 +14,7 @@
 #include <ext2fs/ext2fs.h>
 #include <et/com_err.h>
 #include "nextfs/nxioctl.h"
+#include "nextfs/open.h"
 #include "nextfs/snapshot.h"
 #include "cli.h"
 #include "safepath.h"
@@ -217,7 +218,7 @@ int nx_cli_open_target(const char *target, int flags, struct nx_volume **vol,
 	*mnt = NULL;
 	if (nx_cli_is_dir(target))
 		return mountpoint_of(target, flags, mnt);
-	err = nx_volume_open(target, flags, vol, msg, sizeof(msg));
+	err = nx_open_volume(target, flags, vol, msg, sizeof(msg));
 	/* Served by nextfs-fuse: ask the daemon, through its mountpoint. */
 	if (err == EBUSY && (*mnt = nx_cli_find_mount(target)))
 		return NX_CLI_OK;

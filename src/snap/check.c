@@ -27,6 +27,7 @@
 #include <sys/file.h>
 #include <et/com_err.h>
 #include "nextfs/blkio.h"
+#include "nextfs/open.h"
 #include "nextfs/sanity.h"
 #include "nextfs/txn.h"
 #include "nextfs/snaptool.h"
@@ -1363,7 +1364,7 @@ static errcode_t check_views(struct checker *ck, const char *device)
 	char msg[512] = "";
 	errcode_t err;
 
-	err = nx_volume_open(device, NX_VOL_RDONLY, &vol, msg, sizeof(msg));
+	err = nx_open_volume(device, NX_VOL_RDONLY, &vol, msg, sizeof(msg));
 	if (err) {
 		say(ck, NX_CHECK_ERROR, "the snapshot engine refuses the "
 		    "volume: %s", msg[0] ? msg : error_message(err));

@@ -39,6 +39,7 @@
 #include <et/com_err.h>
 #include "nextfs/blkio.h"
 #include "nextfs/grow.h"
+#include "nextfs/open.h"
 #include "nextfs/snaptool.h"
 #include "snap_internal.h"
 
@@ -97,7 +98,7 @@ static errcode_t precheck(const char *device, const char *name, int flags,
 	errcode_t err;
 
 	/* Strict: what the engine would refuse to write, restore refuses. */
-	err = nx_volume_open(device, NX_VOL_RDONLY | NX_VOL_STRICT, &vol, msg,
+	err = nx_open_volume(device, NX_VOL_RDONLY | NX_VOL_STRICT, &vol, msg,
 			     msglen);
 	if (err)
 		return err;
@@ -127,7 +128,7 @@ static errcode_t precheck(const char *device, const char *name, int flags,
 		return EEXIST;
 	}
 	if (idx + 1 < n) {
-		err = nx_volume_open(device, 0, &vol, msg, msglen);
+		err = nx_open_volume(device, 0, &vol, msg, msglen);
 		for (i = n - 1; !err && i > idx; i--) {
 			nx_volume_lock(vol);
 			err = nx_snap_delete(vol, list[i].name);

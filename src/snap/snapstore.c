@@ -485,6 +485,7 @@ errcode_t nx_snap_attach(struct nx_volume *vol, struct nx_damage *dmg,
 		goto fail;
 	}
 	vol->snap = store;
+	vol->overwrite = &nx_snap_overwrite_ops;
 	nx_cow_install(store);
 	nx_cow_count_draws(store);	/* no active snapshot yet: headroom */
 	if (!nx_volume_rdonly(vol) && store->nsnaps) {
@@ -514,6 +515,7 @@ void nx_snap_detach(struct nx_volume *vol)
 	nx_cow_uninstall(store);
 	free_store(store);
 	vol->snap = NULL;
+	vol->overwrite = NULL;
 }
 
 int nx_snap_count(struct nx_volume *vol)
@@ -719,22 +721,6 @@ void nx_snap_keep_headroom(struct nx_volume *vol)
 		return;
 	vol->snap->headroom = 1;
 	nx_cow_count_draws(vol->snap);	/* publishes it */
-}
-
-/* What live allocations leave free now (snapshot.h; kept by cow.c). */
-blk64_t nx_snap_reserved(struct nx_volume *vol)
-{
-	return vol->cow_reserve;
-}
-
-errcode_t nx_snap_check_space(struct nx_volume *vol, blk64_t want)
-{
-	blk64_t reserved = nx_snap_reserved(vol);
-
-	if (reserved &&
-	    ext2fs_free_blocks_count(vol->fs->super) < want + reserved)
-		return ENOSPC;
-	return 0;
 }
 
 errcode_t nx_snap_flush(struct nx_volume *vol)
@@ -1313,9 +1299,9 @@ int nx_snap_block_rank(struct nx_volume *vol, blk64_t blk)
 	    blk >= ext2fs_blocks_count(fs->super))
 		return 0;
 	if (ext2fs_test_block_bitmap2(store->exclude, blk))
-		return NX_SNAP_RANK_MAP;
+		return NX_VOL_RANK_MAP;
 	for (i = 0; i < store->nsnaps; i++)
 		if (nx_inode_table_block(fs, store->snaps[i]->ino) == blk)
-			return NX_SNAP_RANK_INODE;
+			return NX_VOL_RANK_INODE;
 	return 0;
 }
