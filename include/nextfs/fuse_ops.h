@@ -109,7 +109,7 @@ struct nx_fuse {
 	struct timespec root_mtime;	/* views: the take time, shown on "/" */
 	int hides_snapdir;		/* "/" holds a real /.snapshots */
 	struct nx_fuse **views;		/* live: one per snapshot id browsed */
-	size_t nviews;
+	size_t nviews, capviews;
 	struct nx_periodic *committer;	/* live rw: the commit timer */
 	struct nx_timer *timer;		/* live rw: timed snapshots */
 	/*

@@ -26,6 +26,8 @@
 #include <unistd.h>
 #include <et/com_err.h>
 #include "nextfs/bytechan.h"
+#include "nextfs/fdio.h"
+#include "nextfs/grow.h"
 #include "nextfs/snaptool.h"
 #include "snap_internal.h"
 
@@ -101,15 +103,9 @@ static errcode_t overlay_hold(struct overlay *ov, blk64_t blk, char **ret)
 		*ret = b;
 		return 0;
 	}
-	if (ov->nbufs == ov->cap) {
-		size_t cap = ov->cap ? ov->cap * 2 : 64;
-		char **more = realloc(ov->bufs, cap * sizeof(*more));
-
-		if (!more)
-			return EXT2_ET_NO_MEMORY;
-		ov->bufs = more;
-		ov->cap = cap;
-	}
+	if (nx_grow((void **)&ov->bufs, &ov->cap, ov->nbufs, sizeof(*ov->bufs),
+		    64))
+		return EXT2_ET_NO_MEMORY;
 	b = malloc(ov->unit);
 	if (!b)
 		return EXT2_ET_NO_MEMORY;
@@ -252,22 +248,12 @@ errcode_t nx_imgsrc_open_live(const char *device, struct nx_imgsrc **ret,
 static errcode_t live_read(struct nx_imgsrc *src, char *buf, uint64_t len,
 			   uint64_t off)
 {
-	uint64_t done = 0;
+	size_t done;
+	errcode_t err = nx_read_full(src->fd, buf, len, (off_t)off, &done);
 
-	while (done < len) {
-		ssize_t n = pread(src->fd, buf + done, len - done, off + done);
-
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			return errno;
-		}
-		if (n == 0) {
-			memset(buf + done, 0, len - done);	/* short image */
-			break;
-		}
-		done += n;
-	}
+	if (err)
+		return err;
+	memset(buf + done, 0, len - done);	/* a short image */
 	/* The patched superblock replaces the bytes it overlaps. */
 	if (off < SUPERBLOCK_OFFSET + SUPERBLOCK_SIZE &&
 	    off + len > SUPERBLOCK_OFFSET) {
@@ -377,15 +363,9 @@ static errcode_t add_drop(struct strip *st, ext2_ino_t ino)
 {
 	if (!ino || is_dropped(st, ino))
 		return 0;
-	if (st->ndrop == st->cap) {
-		size_t cap = st->cap ? st->cap * 2 : 32;
-		ext2_ino_t *more = realloc(st->drop, cap * sizeof(*more));
-
-		if (!more)
-			return EXT2_ET_NO_MEMORY;
-		st->drop = more;
-		st->cap = cap;
-	}
+	if (nx_grow((void **)&st->drop, &st->cap, st->ndrop, sizeof(*st->drop),
+		    32))
+		return EXT2_ET_NO_MEMORY;
 	st->drop[st->ndrop++] = ino;
 	return 0;
 }
@@ -666,27 +646,6 @@ fail:
 /* ------------------------------------------------------------------ */
 /* Writing an image out.                                               */
 
-static errcode_t write_all(int fd, const char *buf, size_t len, off_t off,
-			   int positional)
-{
-	while (len) {
-		ssize_t n = positional ? pwrite(fd, buf, len, off) :
-			    write(fd, buf, len);
-
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			return errno;
-		}
-		if (n == 0)
-			return ENOSPC;
-		buf += n;
-		len -= n;
-		off += n;
-	}
-	return 0;
-}
-
 #define WRITE_CHUNK_BLOCKS 256
 
 static int all_zero(const char *buf, size_t len)
@@ -708,8 +667,8 @@ static errcode_t write_sparse(int fd, const char *buf, blk64_t blk,
 		while (j < run && all_zero(buf + j * bs, bs) == zero)
 			j++;
 		if (!zero)
-			err = write_all(fd, buf + i * bs, (j - i) * bs,
-					(off_t)((blk + i) * bs), 1);
+			err = nx_write_all(fd, buf + i * bs, (j - i) * bs,
+					   (off_t)((blk + i) * bs), NULL);
 		i = j;
 	}
 	return err;
@@ -740,12 +699,12 @@ errcode_t nx_imgsrc_write(struct nx_imgsrc *src, int fd, int how,
 		if (err)
 			break;
 		if (how == NX_WRITE_STREAM)
-			err = write_all(fd, buf, len, 0, 0);
+			err = nx_write_all(fd, buf, len, NX_FD_POS, NULL);
 		else if (present && how == NX_WRITE_FILE)
 			err = write_sparse(fd, buf, blk, run, src->bs);
 		else if (present)
-			err = write_all(fd, buf, len, (off_t)(blk * src->bs),
-					1);
+			err = nx_write_all(fd, buf, len,
+					   (off_t)(blk * src->bs), NULL);
 		blk += run;
 		if (prog && prog->fn)
 			prog->fn(prog->priv, "writing", blk, nblocks);

@@ -58,6 +58,7 @@ struct restorer {
 	ext2_ino_t snapdir;
 	ext2_ino_t *cur;		/* current snapshot inodes */
 	int ncur;
+	size_t capcur;
 	struct pair *map;		/* S's data mappings */
 	size_t nmap, capmap;
 	ext2fs_block_bitmap sblocks;	/* every block S's file owns now */
@@ -200,8 +201,8 @@ static errcode_t load_snapshots(struct restorer *r, const char *name,
 		return err ? err : EINVAL;
 	}
 	while (ino && r->ncur < 1024) {
-		r->cur = realloc(r->cur, (r->ncur + 1) * sizeof(*r->cur));
-		if (!r->cur)
+		if (nx_grow((void **)&r->cur, &r->capcur, (size_t)r->ncur,
+			    sizeof(*r->cur), 16))
 			return EXT2_ET_NO_MEMORY;
 		r->cur[r->ncur++] = ino;
 		err = ext2fs_read_inode_full(fs, ino,

@@ -41,6 +41,7 @@ struct nx_snapstore {
 	struct nx_volume *vol;
 	struct nx_snap **snaps;		/* oldest first */
 	int nsnaps;
+	size_t capsnaps;
 	int ids_sorted;			/* snaps[] ids increase (seek_id) */
 	ext2_ino_t dir;			/* /.snapshots, 0 if absent */
 	struct nx_snap *active;		/* newest; NULL when no snapshot */
@@ -61,7 +62,7 @@ struct nx_snapstore {
 	int applying;			/* apply_pending is running */
 	ext2fs_block_bitmap keep;	/* blocks a delete hands to an older snapshot */
 	struct nx_volume **dead_views;	/* views of deleted snapshots */
-	size_t ndead;
+	size_t ndead, capdead;
 	/*
 	 * Superblocks, descriptors, bitmaps and inode tables: the metadata
 	 * whose copies the COW reserve is sized for (cow.c).
