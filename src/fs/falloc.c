@@ -1087,9 +1087,7 @@ errcode_t nx_file_truncate(struct nx_volume *vol, ext2_ino_t ino,
 	struct ext2_inode_large inode;
 	errcode_t err;
 
-	if (nx_volume_rdonly(vol) || !vol->io)
-		return EROFS;
-	err = nx_inode_read(vol, ino, &inode);
+	err = nx_inode_read_rw(vol, ino, &inode);
 	if (err)
 		return err;
 	err = check_modifiable(&inode);

@@ -1287,9 +1287,7 @@ errcode_t nx_file_write(struct nx_volume *vol, ext2_ino_t ino,
 	errcode_t err, err2;
 
 	*written = 0;
-	if (nx_volume_rdonly(vol) || !vol->io)
-		return EROFS;
-	err = nx_inode_read(vol, ino, &inode);
+	err = nx_inode_read_rw(vol, ino, &inode);
 	if (err)
 		return err;
 	err = check_regular(&inode);
