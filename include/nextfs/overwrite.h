@@ -20,6 +20,13 @@
  * Nothing here decides where new blocks go: the allocation goal is the
  * data path's (nx_fmap_new_blocks, file.h).
  *
+ * Growing the policy (how a block is kept, where its replacement goes):
+ * the kind preserve_span() returns is the one per-block decision the data
+ * path follows, so a policy that chooses between copying in place and
+ * moving decides it there; a new question the data path must ask gets a
+ * hook of its own here, called where file.c asks the others, and the
+ * policy in cow.c fills it.  fs/ never includes snapshot.h.
+ *
  * A volume that has no device of its own (a snapshot view: vol->io NULL)
  * reads its blocks from wherever the policy put them: view_plan() is the
  * planned form of its pread hook (volume.h), for reads outside the lock.

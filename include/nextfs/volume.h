@@ -68,7 +68,9 @@ struct nx_volume_hooks {
 	 * Write all dirty metadata (superblock, descriptors, bitmaps, and
 	 * what the layers above keep pending, to a fixed point) through
 	 * blkio: from nx_volume_sync() without a transaction, and from
-	 * every commit (txn.h) before it writes what is held.  NULL:
+	 * every commit (txn.h) before it writes what is held.  Work the
+	 * layers above spread over several commits records its progress
+	 * here, so that each commit is a consistent state.  NULL:
 	 * nx_meta_write() (meta.h).
 	 */
 	errcode_t (*flush)(struct nx_volume *vol);
