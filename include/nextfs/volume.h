@@ -112,10 +112,11 @@ struct nx_volume {
 	int probed_snapshot;		/* HAS_SNAPSHOT before any replay: the advice */
 	const struct nx_volume_hooks *hooks;	/* the layers above, or NULL */
 	/*
-	 * What the layers above keep per volume; volume/ never looks inside.
-	 * fs/: the orphan list index (orphan.h), extent lookups (file.c),
-	 * the overwrite policy (overwrite.h, NULL: none).  snap/: the
-	 * snapshot store (snapshot.h), or NULL.
+	 * What the layers above keep per volume; volume/ never looks inside
+	 * (close frees xcache, one flat allocation).  fs/: the orphan list
+	 * index (orphan.h), extent lookups (file.c), the overwrite policy
+	 * (overwrite.h, NULL: none).  snap/: the snapshot store (snapshot.h),
+	 * or NULL.
 	 */
 	struct nx_orphans *orphans;
 	struct nx_xcache *xcache;
