@@ -29,7 +29,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SRCROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
-from nxbench import agebench, mounts, report, snapbench, workloads  # noqa
+from nxbench import agebench, mounts, recvbench, replbench  # noqa: E402
+from nxbench import report, snapbench, workloads           # noqa: E402
 from nxbench.mounts import BenchError                       # noqa: E402
 
 MIB, GIB = 1 << 20, 1 << 30
@@ -40,11 +41,13 @@ MIB, GIB = 1 << 20, 1 << 30
 FULL = dict(image_size=4 * GIB, seq_size=GIB, rand_file=256 * MIB,
             rand_io=64 * MIB, creates=2000, tree_limit=None, reps=3,
             scaling_snaps=8, overwrite_pairs=2, snapdir_snaps=1024,
-            aged_write=GIB)
+            aged_write=GIB, diff_files=200000,
+            send_files=4000)
 QUICK = dict(image_size=GIB, seq_size=256 * MIB, rand_file=64 * MIB,
              rand_io=16 * MIB, creates=500, tree_limit=1500, reps=1,
              scaling_snaps=8, overwrite_pairs=5, snapdir_snaps=256,
-             aged_write=256 * MIB)
+             aged_write=256 * MIB, diff_files=50000,
+             send_files=1000)
 
 # workloads that need an earlier one's files
 NEEDS = {'seq_read': 'seq_write', 'rand_read': 'rand_write',
@@ -56,11 +59,19 @@ def log(msg):
     print(msg, file=sys.stderr, flush=True)
 
 
+def daemon_in(build):
+    """BUILD's nextfs-fuse: src/fuse/, or src/cli/ in builds of older
+    trees (to run the bench on a build of one)."""
+    new = os.path.join(build, 'src', 'fuse', 'nextfs-fuse')
+    old = os.path.join(build, 'src', 'cli', 'nextfs-fuse')
+    return old if not os.path.exists(new) and os.path.exists(old) else new
+
+
 def parse_args(argv):
     ap = argparse.ArgumentParser(
         description='Benchmark nextfs-fuse against fuse2fs and kernel ext4.')
     ap.add_argument('--build', default=os.path.join(SRCROOT, 'build'),
-                    help='meson build directory with src/cli/nextfs-fuse '
+                    help='meson build directory with src/fuse/nextfs-fuse '
                     '(default: build)')
     ap.add_argument('--quick', action='store_true',
                     help='1 repetition, smaller sizes (about 2 minutes)')
@@ -76,6 +87,18 @@ def parse_args(argv):
                     help='comma-separated subset of the workloads')
     ap.add_argument('--no-snapshots', action='store_true',
                     help='skip the snapshot costs')
+    ap.add_argument('--no-repl', action='store_true',
+                    help='skip diff (and send) between snapshots')
+    ap.add_argument('--repl-only', action='store_true',
+                    help='run only diff (and send) between snapshots')
+    ap.add_argument('--diff-files', type=int,
+                    help='files in the diff tree (default 200000, '
+                    '--quick 50000)')
+    ap.add_argument('--send-files', type=int,
+                    help='files (about 64 KiB each) in the send tree '
+                    '(default 4000, --quick 1000)')
+    ap.add_argument('--no-receive', action='store_true',
+                    help='skip nextfs receive against cp -a')
     ap.add_argument('--no-aged', action='store_true',
                     help='skip the write on an aged volume')
     ap.add_argument('--pairs', type=int,
@@ -147,8 +170,7 @@ def build_info(build):
                                 '--dirty'])
     # nextfs-fuse -V: its libfuse and libext2fs, and which crc32c it runs
     try:
-        p = subprocess.run([os.path.join(build, 'src', 'cli', 'nextfs-fuse'),
-                            '-V'], stdout=subprocess.PIPE,
+        p = subprocess.run([daemon_in(build), '-V'], stdout=subprocess.PIPE,
                            stderr=subprocess.STDOUT, text=True, timeout=10)
         info['version'] = '; '.join(p.stdout.strip().splitlines())
     except (OSError, subprocess.SubprocessError):
@@ -260,13 +282,17 @@ def main(argv):
     reps = args.reps or base['reps']
     if args.pairs:
         base['overwrite_pairs'] = args.pairs
+    if args.diff_files:
+        base['diff_files'] = args.diff_files
+    if args.send_files:
+        base['send_files'] = args.send_files
     wl = [w for w in args.workloads.split(',') if w]
     for w in list(wl):
         if w not in [x for x, _, _ in workloads.WORKLOADS]:
             raise SystemExit('unknown workload %s' % w)
         if w in NEEDS and NEEDS[w] not in wl:
             wl.append(NEEDS[w])
-    fuse_bin = os.path.join(args.build, 'src', 'cli', 'nextfs-fuse')
+    fuse_bin = daemon_in(args.build)
     cli = os.path.join(args.build, 'src', 'cli', 'nextfs')
     out_path = args.out or 'bench-results-%s.json' % \
         datetime.datetime.now().strftime('%Y%m%d-%H%M%S')
@@ -290,7 +316,7 @@ def main(argv):
                         'fio': tool_version(['fio', '--version']),
                         'e2fsprogs': tool_version(['mke2fs', '-V'])}},
            'suite': {}, 'snapshot_costs': [], 'take_scaling': [],
-           'snapdir': [], 'aged': []}
+           'snapdir': [], 'aged': [], 'repl': [], 'receive': []}
     t_start = time.perf_counter()
     interrupted = None
     try:
@@ -317,6 +343,13 @@ def main(argv):
         res['meta']['raw_disk'] = raw_ceiling(raw)
         log('raw file on the work directory: %s' % raw[-1])
         for rep in range(reps):
+            if 'nextfs' in systems and not args.no_repl:
+                log('[rep %d/%d] nextfs diff and send between snapshots' %
+                    (rep + 1, reps))
+                res['repl'].append(replbench.run_repl(
+                    tracker, params, workdir, fuse_bin, cli, log))
+            if args.repl_only:
+                continue
             for sysname in systems:
                 log('[rep %d/%d] %s' % (rep + 1, reps, sysname))
                 r, meta = workloads.run_suite(tracker, sysname, params,
@@ -345,6 +378,11 @@ def main(argv):
                 res['take_scaling'].append(c)
                 log('[rep %d/%d] nextfs ls -la .snapshots' % (rep + 1, reps))
                 res['snapdir'].append(snapbench.run_snapdir(
+                    tracker, params, workdir, fuse_bin, cli, log))
+            if 'nextfs' in systems and not args.no_receive:
+                log('[rep %d/%d] nextfs receive against cp -a' %
+                    (rep + 1, reps))
+                res['receive'].append(recvbench.run_receive(
                     tracker, params, workdir, fuse_bin, cli, log))
         # a second sample of the device ceiling, at the other end of the
         # run (drift on the machine; the ceiling is the better of the two)

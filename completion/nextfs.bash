@@ -4,13 +4,13 @@
 # symlink to it; bash-completion loads it the first time either command
 # is completed.  It also works sourced on its own, without bash-completion.
 #
-# The subcommands of nextfs and their options are read from "nextfs
-# --help" and "nextfs CMD --help" (the bracketed options of the usage
-# lines), so what is added there completes without a change here.  What
-# each positional argument is - an image, a mount point, a snapshot name -
-# is written down in _nextfs_arg_kinds.  Snapshot names come from
-# "nextfs snapshot list --names0 TARGET", which prints every name exactly
-# (any byte but '/' and NUL), NUL-terminated.
+# The commands of nextfs, their options (which take a value, of what
+# kind) and what each argument is - an image, a mount point, a snapshot
+# name - come from nextfs's own command table ("nextfs __commands"), so a
+# command added there completes without a change here, unless one of its
+# arguments is of a new kind (_nextfs_complete_arg).  Snapshot names come
+# from "nextfs snapshot list --names0 TARGET", which prints every name
+# exactly (any byte but '/' and NUL), NUL-terminated.
 
 # The snapshot names of TARGET (an image or a mount point), one per element
 # of the array _nextfs_names.
@@ -67,61 +67,131 @@ _nextfs_complete_files()
 	fi
 }
 
-# The subcommands listed under "Commands:" in "nextfs --help".
-_nextfs_commands()
+# The command table of nextfs, as "nextfs __commands" prints it
+# (src/cli/cmdline.c): one line per command, "PATH;OPTIONS;KINDS", e.g.
+# "snapshot prune;--keep=keep --dry-run !-n --json;target".  _nextfs reads
+# it once into _nextfs_table.
+_nextfs_table_of()
 {
-	"${_nextfs_cmd:-nextfs}" --help 2>/dev/null |
-		sed -n '/^Commands:/,/^$/s/^  \([a-z][a-z0-9-]*\).*/\1/p'
+	"${_nextfs_cmd:-nextfs}" __commands 2>/dev/null
 }
 
-# The options of "nextfs CMD [SUB]": the bracketed ones of its usage
-# lines ("[-r|--repair]" gives -r and --repair, "[--to DEST]" --to) and
-# the required ones with a value ("--keep SPEC"), plus --help.
+# The commands (the first word of each PATH), once each, in table order.
+_nextfs_commands()
+{
+	local p o k last=
+	while IFS=';' read -r p o k; do
+		p=${p%% *}
+		[[ $p && $p != "$last" ]] && echo "$p"
+		last=$p
+	done <<<"$_nextfs_table"
+}
+
+# The subcommands of the group $1 ("snapshot"): none for a command.
+_nextfs_subcommands()
+{
+	local p o k
+	while IFS=';' read -r p o k; do
+		[[ $p == "$1 "* ]] && echo "${p#"$1 "}"
+	done <<<"$_nextfs_table"
+}
+
+# The entry of PATH: its options in _nextfs_opts, the kinds of its
+# arguments in _nextfs_kinds (see the table above); fails for a command
+# the table does not have.
+_nextfs_entry()
+{
+	local p o k
+	_nextfs_opts= _nextfs_kinds=
+	while IFS=';' read -r p o k; do
+		if [[ $p == "$1" ]]; then
+			_nextfs_opts=$o _nextfs_kinds=$k
+			return 0
+		fi
+	done <<<"$_nextfs_table"
+	return 1
+}
+
+# The options to offer: those not hidden ("!"), every spelling, --help.
 _nextfs_options()
 {
-	local cmd=$1 sub=$2
-	"${_nextfs_cmd:-nextfs}" "$cmd" --help 2>/dev/null |
-		sed -n '/^usage:/,/^$/p' |
-		{ if [[ $sub ]]; then grep -E " $cmd $sub( |$)"; else cat; fi; } |
-		grep -oE '\[-[^]]*\]| --[a-z][a-z0-9-]* [A-Z]' |
-		sed 's/^ //; s/ [A-Z]$//' | tr -d '[]' | tr '| ' '\n\n' |
-		grep -E '^--?[A-Za-z][A-Za-z0-9-]*$'
+	local e
+	for e in $_nextfs_opts; do
+		[[ $e == !* ]] && continue
+		e=${e%%=*}
+		printf '%s\n' ${e//|/ }
+	done
 	echo --help
 }
 
-# What the positional arguments of "CMD [SUB]" are, in order: target (an
-# image, a device or a mount point), image, dir, snap (an existing
-# snapshot name), new (a name to make up: nothing to offer), out (a file or
-# "-"), cmd (a command) and rest (files, for every further argument).
-# Unknown commands complete files.
-_nextfs_arg_kinds()
+# Does option W take a value?  Its kind (what to offer for the value:
+# "keep" retention rules, "snap" snapshot names, "file", "" nothing) then
+# goes to _nextfs_vkind.
+_nextfs_value_kind()
 {
-	case "$1" in
-	"snapshot take")	echo target new ;;
-	"snapshot delete")	echo target snap ;;
-	"snapshot list")	echo target ;;
-	"snapshot prune")	echo target ;;
-	"snapshot run")		echo target cmd rest ;;
-	versions)		echo target ;;
-	check|info)		echo image ;;
-	export)			echo image snap out ;;
-	diff)			echo target snap snap ;;
-	restore)		echo image snap ;;
-	version)		echo ;;
-	umount)			echo dir ;;
-	*)			echo target target target ;;
+	local e
+	for e in $_nextfs_opts; do
+		e=${e#!}
+		[[ $e == *=* && "|${e%%=*}|" == *"|$1|"* ]] || continue
+		_nextfs_vkind=${e#*=}
+		return 0
+	done
+	return 1
+}
+
+# COMPREPLY = what goes where an option takes a value of KIND $1.
+_nextfs_complete_value()
+{
+	local where
+	case $1 in
+	keep)	# retention rules (nextfs(1), snapshot prune)
+		COMPREPLY=($(compgen -W 'last= hourly= daily= weekly= monthly=
+			yearly=' -- "$cur"))
+		compopt -o nospace 2>/dev/null ;;
+	snap)	# the snapshots of the first argument's volume: the image
+		# or mount point it names, or the mount a path is on
+		where=${args[0]:-.}
+		[[ $_nextfs_kinds == path* && ! -d $where ]] &&
+			where=$(dirname -- "$where")
+		_nextfs_complete_names "$where" "$cur" ;;
+	file)	_nextfs_complete_files "" "$cur" ;;
+	esac
+}
+
+# COMPREPLY = what goes where an argument of KIND $1 goes: target, image
+# (an image, a device or a mount point), dir, path (a file on a mount),
+# snap (an existing snapshot name), new (a name to make up: nothing to
+# offer), out (a file or "-"), cmd (a command), rest (files, for every
+# further argument), command (a command of nextfs, then one of its
+# subcommands).
+_nextfs_complete_arg()
+{
+	case $1 in
+	target|image|path|out|rest) _nextfs_complete_files "" "$cur" ;;
+	cmd)			COMPREPLY=($(compgen -c -- "$cur")) ;;
+	dir)			_nextfs_complete_files -d "$cur" ;;
+	snap)			_nextfs_complete_names "${args[0]}" "$cur" ;;
+	command)
+		if ((${#args[@]} == 0)); then
+			COMPREPLY=($(compgen -W "$(_nextfs_commands)" -- "$cur"))
+		else
+			COMPREPLY=($(compgen -W \
+				"$(_nextfs_subcommands "${args[0]}")" -- "$cur"))
+		fi ;;
 	esac
 }
 
 _nextfs()
 {
-	local cur=${COMP_WORDS[COMP_CWORD]} cmd sub w i ddash=0 kinds kind
-	local before after
-	local -a args=()
-	local _nextfs_cmd=${COMP_WORDS[0]}
+	local cur=${COMP_WORDS[COMP_CWORD]} cmd path subs w i start=2 ddash=0
+	local before after kind
+	local -a args=() kinds=()
+	local _nextfs_cmd=${COMP_WORDS[0]} _nextfs_table _nextfs_opts
+	local _nextfs_kinds _nextfs_vkind
 	COMPREPLY=()
 
 	[[ $_nextfs_cmd == "~"* ]] && _nextfs_cmd=$HOME${_nextfs_cmd:1}
+	_nextfs_table=$(_nextfs_table_of)
 	if ((COMP_CWORD == 1)); then
 		if [[ $cur == -* ]]; then
 			COMPREPLY=($(compgen -W '--help --version' -- "$cur"))
@@ -130,8 +200,19 @@ _nextfs()
 		fi
 		return
 	fi
-	cmd=${COMP_WORDS[1]}
-	for ((i = 2; i < COMP_CWORD; i++)); do
+	cmd=${COMP_WORDS[1]} path=${COMP_WORDS[1]}
+	subs=$(_nextfs_subcommands "$cmd")
+	if [[ $subs ]]; then
+		if ((COMP_CWORD == 2)); then
+			[[ $cur == -* ]] && subs=--help
+			COMPREPLY=($(compgen -W "$subs" -- "$cur"))
+			return
+		fi
+		path="$cmd ${COMP_WORDS[2]}" start=3
+	fi
+	# Unknown commands complete files.
+	_nextfs_entry "$path" || _nextfs_kinds='target target target'
+	for ((i = start; i < COMP_CWORD; i++)); do
 		w=${COMP_WORDS[i]}
 		if [[ $w == = ]]; then
 			# "a=b" is three words in COMP_WORDS: one argument
@@ -145,62 +226,26 @@ _nextfs()
 			fi
 		elif ((!ddash)) && [[ $w == -- ]]; then
 			ddash=1
-		elif ((!ddash)) && [[ $w == --keep ]]; then
-			((i++))		# its SPEC is no positional argument
-		elif ((!ddash)) && [[ $cmd == versions ]] &&
-			[[ $w == --restore || $w == --to ]]; then
-			((i++))		# its value
+		elif ((!ddash)) && _nextfs_value_kind "$w"; then
+			((i++))		# its value is no argument
 		elif ((ddash)) || [[ $w != -?* ]]; then
 			args+=("$w")
 		fi
 	done
-	if [[ $cmd == snapshot ]]; then
-		if ((${#args[@]} == 0)); then
-			[[ $cur == -* ]] ||
-				COMPREPLY=($(compgen -W 'take delete list prune run' \
-					-- "$cur"))
-			[[ $cur == -* ]] &&
-				COMPREPLY=($(compgen -W '--help' -- "$cur"))
-			return
-		fi
-		sub=${args[0]}
-		args=("${args[@]:1}")
-	fi
-	if ((!ddash)) && [[ ${COMP_WORDS[COMP_CWORD - 1]} == --keep ]]; then
-		# retention rules (nextfs(1), snapshot prune)
-		COMPREPLY=($(compgen -W 'last= hourly= daily= weekly= monthly=
-			yearly=' -- "$cur"))
-		compopt -o nospace 2>/dev/null
+	if ((!ddash && COMP_CWORD > start)) &&
+		_nextfs_value_kind "${COMP_WORDS[COMP_CWORD - 1]}"; then
+		_nextfs_complete_value "$_nextfs_vkind"
 		return
-	fi
-	# versions PATH --restore NAME --to DEST: the snapshots of PATH's mount
-	if [[ $cmd == versions ]] && ((!ddash)); then
-		case ${COMP_WORDS[COMP_CWORD - 1]} in
-		--restore)
-			local where=${args[0]:-.}
-			[[ -d $where ]] || where=$(dirname -- "$where")
-			_nextfs_complete_names "$where" "$cur"
-			return ;;
-		--to)
-			_nextfs_complete_files "" "$cur"
-			return ;;
-		esac
 	fi
 	if ((!ddash)) && [[ $cur == -* ]]; then
-		COMPREPLY=($(compgen -W "$(_nextfs_options "$cmd" "$sub")" \
-			-- "$cur"))
+		COMPREPLY=($(compgen -W "$(_nextfs_options)" -- "$cur"))
 		return
 	fi
-	kinds=($(_nextfs_arg_kinds "$cmd${sub:+ $sub}"))
+	kinds=($_nextfs_kinds)
 	kind=${kinds[${#args[@]}]}
 	((${#kinds[@]})) && [[ -z $kind && ${kinds[-1]} == rest ]] &&
 		kind=rest
-	case $kind in
-	target|image|out|rest)	_nextfs_complete_files "" "$cur" ;;
-	cmd)			COMPREPLY=($(compgen -c -- "$cur")) ;;
-	dir)			_nextfs_complete_files -d "$cur" ;;
-	snap)			_nextfs_complete_names "${args[0]}" "$cur" ;;
-	esac
+	_nextfs_complete_arg "$kind"
 }
 
 # nextfs-fuse's -o options: its own, the FUSE ones and the generic mount

@@ -6,6 +6,8 @@ FUSE daemon is killed instead of hanging the whole benchmark.
 
   io_ops.py write PATH SIZE SEED [notrunc]   sequential write, 1 MiB I/O
   io_ops.py read PATH                        sequential read, 1 MiB I/O
+  io_ops.py readdata PATH                    the same, of what SEEK_DATA
+                                             reports only (a sparse copy)
   io_ops.py check PATH SIZE SEED             sampled content check
   io_ops.py creates DIR COUNT SIZE           COUNT files, each fsync'd
 
@@ -80,6 +82,36 @@ def seq_read(path):
     return {'seconds': t1 - t0, 'bytes': total}
 
 
+def data_read(path):
+    """Read what SEEK_DATA/SEEK_HOLE report as data, with 1 MiB reads, as
+    cp --sparse and qemu-img do: the bytes of data, not the file size."""
+    buf = bytearray(MIB)
+    total = 0
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        size = os.fstat(fd).st_size
+        t0 = time.perf_counter()
+        off = 0
+        while off < size:
+            try:
+                start = os.lseek(fd, off, os.SEEK_DATA)
+            except OSError:
+                break           # ENXIO: no data after OFF
+            end = os.lseek(fd, start, os.SEEK_HOLE)
+            while start < end:
+                n = os.preadv(fd, [memoryview(buf)[:min(MIB, end - start)]],
+                              start)
+                if not n:
+                    break
+                total += n
+                start += n
+            off = end
+        t1 = time.perf_counter()
+    finally:
+        os.close(fd)
+    return {'seconds': t1 - t0, 'bytes': total, 'size': size}
+
+
 def check(path, size, seed):
     """Compare 16 evenly spread MiB (and the last) with what pass SEED
     wrote there."""
@@ -124,6 +156,8 @@ def main(argv):
                         truncate=len(args) < 4 or args[3] != 'notrunc')
     elif op == 'read':
         res = seq_read(args[0])
+    elif op == 'readdata':
+        res = data_read(args[0])
     elif op == 'check':
         res = check(args[0], int(args[1]), int(args[2]))
     elif op == 'creates':

@@ -5,6 +5,7 @@ import json
 import statistics
 import textwrap
 
+from . import recvbench
 from .workloads import WORKLOADS
 
 MIB = 1 << 20
@@ -123,7 +124,48 @@ def summarize(res):
     summ['snapshots'] = _summarize_snapshots(res)
     summ['snapdir'] = _summarize_snapdir(res)
     summ['aged'] = _summarize_aged(res)
+    summ['repl'] = _summarize_repl(res)
     return summ
+
+
+DIFF_MOUNTED_VS_OFFLINE_MAX = 2.0       # issue 26 point 5
+SEND_VS_TAR_MIN = 2.0                   # issue 26 point 4
+SEND_INC_TIME_MAX = 0.05
+SEND_INC_SIZE_MAX = 1.1
+
+
+def _summarize_repl(res):
+    """Medians of the diff (and send) numbers over the repetitions."""
+    reps = [r for r in res.get('repl', []) if 'error' not in r]
+    if not reps:
+        return {}
+    d = [r['diff'] for r in reps if 'diff' in r]
+    out = {}
+    if d:
+        out['diff_files'] = d[0]['files']
+        out['diff_changed'] = d[0]['changed']
+        out['diff_mounted_seconds'] = median([x['mounted'] for x in d])
+        out['diff_offline_seconds'] = median([x['offline'] for x in d])
+        out['diff_mounted_vs_offline'] = _ratio(
+            out['diff_mounted_seconds'], out['diff_offline_seconds'])
+        out['diff_verdict'] = verdict(out['diff_mounted_vs_offline'],
+                                      maximum=DIFF_MOUNTED_VS_OFFLINE_MAX)
+        out['diff_same_output'] = all(x['same_output'] for x in d)
+    sd = [r['send'] for r in reps if 'send' in r]
+    if sd:
+        for k in ('files', 'tree_bytes', 'changed_bytes'):
+            out['send_' + k] = sd[0][k]
+        for k in ('full_seconds', 'tar_seconds', 'inc_seconds',
+                  'full_bytes', 'inc_bytes', 'full_vs_tar',
+                  'inc_time_share', 'inc_size_vs_changed'):
+            out['send_' + k] = median([x[k] for x in sd])
+        out['send_full_verdict'] = verdict(out['send_full_vs_tar'],
+                                           minimum=SEND_VS_TAR_MIN)
+        out['send_inc_time_verdict'] = verdict(out['send_inc_time_share'],
+                                               maximum=SEND_INC_TIME_MAX)
+        out['send_inc_size_verdict'] = verdict(
+            out['send_inc_size_vs_changed'], maximum=SEND_INC_SIZE_MAX)
+    return out
 
 
 def _summarize_aged(res):
@@ -243,6 +285,9 @@ def _summarize_snapshots(res):
     rs = _sub(costs, 'read_snap', 'mib_s')
     s['read_live_mib_s'], s['read_snap_mib_s'] = rl, rs
     s['read_ratio'] = _ratio(rs, rl)
+    ri = _sub(costs, 'read_image', 'mib_s')
+    s['read_image_mib_s'] = ri
+    s['read_image_ratio'] = _ratio(ri, rl)
     s['read_verdict'] = verdict(s['read_ratio'], SNAP_READ_MIN)
     s['delete_seconds'] = median([c.get('delete_seconds') for c in costs])
     s['held_bytes'] = median([c.get('held_bytes') for c in costs])
@@ -366,6 +411,49 @@ def print_tables(res, out):
     _print_aged(res, out)
     _print_snapshots(res, out)
     _print_snapdir(res, out)
+    _print_repl(res, out)
+    recvbench.print_table(res, out, _fmt)
+
+
+def _print_repl(res, out):
+    s = res['summary'].get('repl') or {}
+    for r in res.get('repl', []):
+        if r.get('error'):
+            out.write('\ndiff/send: not available: %s\n' % r['error'])
+    if not s.get('diff_files'):
+        return
+    out.write('\nnextfs diff of two snapshots, %d files, %d changed '
+              '(target: mounted <= %gx offline)\n' % (
+                  s['diff_files'], s['diff_changed'],
+                  DIFF_MOUNTED_VS_OFFLINE_MAX))
+    out.write('  %-40s %13s\n' % ('on the mountpoint (the daemon\'s delta)',
+                                  _ms(s['diff_mounted_seconds'])))
+    out.write('  %-40s %13s\n' % ('on the unmounted image',
+                                  _ms(s['diff_offline_seconds'])))
+    out.write('  %-40s %13s  %s%s\n' % (
+        'mounted / offline', _fmt(s['diff_mounted_vs_offline']),
+        s['diff_verdict'], '' if s['diff_same_output'] else
+        '  (OUTPUTS DIFFER)'))
+    if not s.get('send_files'):
+        return
+    out.write('\nnextfs send from the mountpoint, %d files (%s), 1%% '
+              'changed (%.0f KiB)\n' % (
+                  s['send_files'], _mib(s['send_tree_bytes'] / 1048576.0),
+                  s['send_changed_bytes'] / 1024.0))
+    out.write('  %-40s %13s\n' % ('tar -c of .snapshots/NAME',
+                                  _ms(s['send_tar_seconds'])))
+    out.write('  %-40s %13s  %sx tar (target >= %gx) %s\n' % (
+        'full send', _ms(s['send_full_seconds']),
+        _fmt(s['send_full_vs_tar']), SEND_VS_TAR_MIN,
+        s['send_full_verdict']))
+    out.write('  %-40s %13s  %.1f%% of full (target <= %g%%) %s\n' % (
+        'incremental send', _ms(s['send_inc_seconds']),
+        100 * s['send_inc_time_share'], 100 * SEND_INC_TIME_MAX,
+        s['send_inc_time_verdict']))
+    out.write('  %-40s %13s  %sx the changed data (target <= %gx) %s\n' % (
+        'incremental stream', '%d B' % s['send_inc_bytes'],
+        _fmt(s['send_inc_size_vs_changed']), SEND_INC_SIZE_MAX,
+        s['send_inc_size_verdict']))
 
 
 def _print_aged(res, out):
@@ -546,6 +634,10 @@ def _print_snapshots(res, out):
              _fmt(s.get('read_ratio')), _fmt(s.get('read_live_mib_s'),
                                              ' MiB/s'),
              SNAP_READ_MIN, s.get('read_verdict'))),
+        ('read a snapshot image file, cold', _fmt(s.get('read_image_mib_s'),
+                                                   ' MiB/s'),
+         'ratio %s to live (its data, by SEEK_DATA; no target)' %
+         _fmt(s.get('read_image_ratio'))),
         ('take, 1 GiB volume (median)',
          _ms(s.get('take_1GiB_median_s')),
          '(<50 ms %s) max %s' % (s.get('take_1GiB_verdict'),

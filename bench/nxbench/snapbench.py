@@ -205,6 +205,14 @@ def _cold_read(session, path, size, seed):
             'check': c}
 
 
+def _cold_read_data(session, path):
+    """A snapshot's image file, as a sparse copy reads it: its data."""
+    session.remount()
+    r = session.io('readdata', path)
+    return {'seconds': r['seconds'], 'bytes': r['bytes'],
+            'size': r['size'], 'mib_s': r['bytes'] / MIB / r['seconds']}
+
+
 def _guard(out, key, fn, log, fmt, label=None):
     try:
         out[key] = fn()
@@ -363,6 +371,12 @@ def _run_main(tracker, params, workdir, fuse_bin, cli, log, out, tag):
                    lambda r: '%.1f MiB/s%s' % (
                        r['mib_s'], '' if r['content_ok'] else
                        ' WRONG DATA (not the pre-overwrite content)'))
+            _guard(out, 'read_image',
+                   lambda: _cold_read_data(
+                       s, os.path.join(s.p('.snapshot-images'), 'bench')),
+                   log, lambda r: '%.1f MiB/s (%.0f MiB of data)' % (
+                       r['mib_s'], r['bytes'] / MIB),
+                   label='read image file (data), cold')
         else:
             out['read_snap'] = {'error': 'not available: snapshots cannot '
                                 'be browsed on the mounted volume (%s)' %

@@ -101,6 +101,7 @@ struct nx_fuse {
 	struct nx_idmap idmap;		/* -o fakeroot (idmap.h) */
 	uint32_t gen_salt;		/* from the volume UUID: nx_fuse_generation */
 	unsigned max_read;		/* -o max_read, <= NX_MAX_READ */
+	unsigned read_ahead_kb;		/* the window fuse_main.c set, or 0 */
 	errcode_t close_err;		/* result of closing the volume */
 	/* snapshot views (snap_ops.c) */
 	fuse_ino_t space;		/* snapshot id << 32; 0 for the live tree */
@@ -118,6 +119,7 @@ struct nx_fuse {
 	 */
 	int snap_group_set;
 	gid_t snap_group;
+	struct nx_fuse_images *images;	/* live: the image files (image_ops.c) */
 };
 
 /*
@@ -140,8 +142,8 @@ void nx_fuse_timer_stop(struct nx_fuse *fs);
 extern const struct fuse_lowlevel_ops nx_fuse_ops;
 
 /*
- * snap_ops.c - what the session runs: nx_fuse_ops plus the snapshot
- * views.  Node ids carry a snapshot id in their high 32 bits (0 = live
+ * snap_ops.c - nx_fuse_ops plus the snapshot views (what image_ops.c
+ * puts the image files in front of).  Node ids carry a snapshot id in their high 32 bits (0 = live
  * tree; ids are never reused, so node ids never alias); the virtual
  * directory MNT/.snapshots has NX_SNAPDIR_NODEID.  A request for a view
  * runs nx_fuse_ops with nx_fuse_current pointing at the view's nx_fuse
@@ -164,6 +166,25 @@ extern const struct fuse_lowlevel_ops nx_fuse_snap_ops;
 extern __thread struct nx_fuse *nx_fuse_current;
 
 /*
+ * image_ops.c - what the session runs: nx_fuse_snap_ops plus the image
+ * files.  MNT/.snapshot-images (NX_IMGDIR_NAME, nxioctl.h) lists every
+ * snapshot NAME as a read-only regular file, the snapshot as a
+ * standalone ext image (image.h), readable by root and the user who runs
+ * the daemon; like .snapshots it is found by lookup only (no listing of
+ * "/" shows it, but for the kernel's own, next to .snapshots: a handle
+ * of the directory is reconnected like one of .snapshots) and only in
+ * the live tree's root.  Its node id is
+ * NX_IMGDIR_NODEID; the image of snapshot ID has node id ID << 32 (ext
+ * inode 0 of that snapshot's space: no view node has it).
+ * nx_fuse_images_changed() (called when .snapshots changed, without the
+ * lock) tells the kernel that the images of deleted snapshots are gone.
+ */
+#define NX_IMGDIR_NODEID	((NX_SPACE_SNAPDIR << NX_NODE_SPACE_SHIFT) | 2)
+extern const struct fuse_lowlevel_ops nx_fuse_image_ops;
+struct nx_fuse_images;
+void nx_fuse_images_changed(struct nx_fuse *live);
+
+/*
  * Inode numbers (st_ino, d_ino): what tools see, unlike node ids, which
  * only the kernel sees.  Live files show their ext inode number.  A file
  * of snapshot ID shows (ID << 32) | its ext inode number - distinct from
@@ -177,6 +198,8 @@ extern __thread struct nx_fuse *nx_fuse_current;
  * inode, is never a visible file.
  */
 #define NX_SNAPDIR_STINO	1ULL
+/* ... and MNT/.snapshot-images inode 6, ext's undelete directory. */
+#define NX_IMGDIR_STINO		6ULL
 
 static inline uint64_t nx_fuse_st_ino(const struct nx_fuse *fs,
 				      ext2_ino_t ino)
@@ -245,7 +268,7 @@ int nx_fuse_loop(struct fuse_session *se);
  * flight at a time.  Reads run outside the volume lock, so a larger
  * window is served in parallel: measured on a cold 1 GiB file, 128 KiB:
  * 260-550 MB/s, 4096 KiB: 1.1-1.2 GB/s.  Set through sysfs after the
- * mount, which needs root.
+ * mount, which needs root, and kept by the INIT reply.
  */
 #define NX_DEFAULT_READ_AHEAD_KB	4096U
 #define NX_MAX_READ_AHEAD_KB		65536U
@@ -253,6 +276,12 @@ int nx_fuse_loop(struct fuse_session *se);
 struct nx_fuse_config {
 	const char *device;		/* absolute path of image or device */
 	const char *mountpoint;		/* absolute path */
+	const char *mount_name;		/* what libfuse mounts on (it may be
+					   /proc/self/fd/N: the directory the
+					   path led to when it was resolved),
+					   or NULL: MOUNTPOINT */
+	int mount_fd;			/* the directory mounted on, held open
+					   from before the mount; or -1 */
 	int rdonly;			/* -o ro */
 	int foreground;			/* -f (or -d) */
 	int singlethread;		/* -s */

@@ -72,4 +72,13 @@ int nx_journal_needs_recovery(const struct nx_journal *j);
 /* Replay the log into place and mark it empty.  *REPLAYED: transactions. */
 errcode_t nx_journal_recover(struct nx_journal *j, unsigned *replayed);
 
+/*
+ * Make JSB (the journal superblock's block, as read) that of an empty
+ * log, the same whatever the log held: s_start 0, s_sequence 1, no error,
+ * checksum updated.  For images of a snapshot (image.h), whose journal
+ * blocks are the live volume's.  EXT2_ET_CORRUPT_JOURNAL_SB if JSB is
+ * not a JBD2 superblock (then unchanged).
+ */
+errcode_t nx_journal_sb_empty(void *jsb);
+
 #endif

@@ -22,6 +22,12 @@
  * newest.  One call per snapshot, so that any number of snapshots with
  * any names (newlines included) comes through whole.
  *
+ * NX_IOC_SNAP_IDENTITY (any file or directory): the identity snapshot
+ * id has for replication (nx_snap_identity(), snapshot.h): the UUID and
+ * ctransid "nextfs send" names it by - the sender's for a snapshot this
+ * volume received, which only the daemon can read.  ENOENT if there is
+ * no such snapshot.
+ *
  * NX_IOC_GET_VOLINFO (any file or directory): the volume's superblock as
  * the daemon holds it now (free counts and all), for "nextfs info".  Only
  * root (after -o fakeroot's mapping) and the user who mounted the volume
@@ -32,6 +38,46 @@
  * COW reserve (s_snapshot_r_blocks_count), UUID and label - what statfs
  * and the snapshot list need, and what udev shows every user anyway.
  * Never the directory hash seed (docs/security.md).
+ *
+ * NX_IOC_RECV_* (the root directory of the mount): "nextfs receive" on a
+ * mountpoint, applied by the daemon (receive.h, docs/replication.md).
+ * BEGIN starts a session (or, with NX_IOC_RECV_ABORT, gives up the
+ * pending receive and ends), or says in error and msg why not; DATA
+ * carries the stream, up to NX_IOC_RECV_CHUNK bytes a call, and answers
+ * 1 once the snapshot is taken, ECANCELED when the receive failed;
+ * STATUS says how it went (session 0: the target's pending receive and
+ * its resume token); END stops a session (keeping the cursor when it
+ * was interrupted) and frees it.  A session that is not (or no longer)
+ * the daemon's is ESTALE.  One session per mount: a BEGIN
+ * while another client's session is alive is EBUSY, and a session whose
+ * client process is gone is stopped (resumable) by the next BEGIN.  Only
+ * root (after -o fakeroot's mapping) and the user who mounted the volume
+ * may receive: a receive rewrites any file of the tree, so taking
+ * snapshots (docs/security.md) is not enough (EPERM).
+ *
+ * NX_IOC_DELTA_START (any file or directory): the daemon classifies what
+ * changed from snapshot old_id to snapshot new_id (0: the live tree; with
+ * NX_IOC_DELTA_FULL from an empty tree) with the snapshots' block maps
+ * (delta.h), under the volume lock, and keeps the encoded delta
+ * (nx_delta_encode) for NX_IOC_DELTA_READ, which hands it out in chunks
+ * at the offsets asked (a restricted ioctl carries less than 16 KiB each
+ * way).  The handle is random and only the user who started it may read
+ * it; a delta is dropped once its last byte was read, and the oldest is
+ * dropped when NX_DELTA_SESSIONS are kept.  Only root (after -o fakeroot)
+ * and the user who mounted the volume may start one (EPERM for others,
+ * who walk the trees instead: names in directories they cannot read are
+ * never shown to them; docs/security.md).
+ *
+ * MNT/.snapshot-images/NAME (NX_IMGDIR_NAME) is snapshot NAME as a
+ * standalone image file (image.h; docs/snapshots.md).  NX_IOC_IMG_CHANGES
+ * (on such a file, open; old_id's image open too, by the same or another
+ * process): what turns the export of snapshot old_id into this file's
+ * content, as nx_imgsrc_changes() gives it: up to max (at most
+ * NX_IOC_IMG_RUNS) runs from block start on, and where to go on.  For
+ * "nextfs export --since" on a mounted volume.
+ *
+ * Numbers: 0xE5-0xE8 for receive, 0xE9 the identity, 0xF0-0xF2 for the
+ * delta and image ioctls; 0xEA-0xEF are free.
  */
 #ifndef NEXTFS_NXIOCTL_H
 #define NEXTFS_NXIOCTL_H
@@ -64,6 +110,13 @@ struct nx_ioc_snap {
 	char name[256];			/* namelen bytes, then NUL */
 };
 
+struct nx_ioc_snap_identity {
+	uint32_t id;			/* in: snapshot id */
+	uint32_t pad;
+	uint64_t ctransid;		/* out */
+	uint8_t uuid[16];		/* out */
+};
+
 #define NX_IOC_VOL_RDONLY	0x1	/* mounted read-only */
 #define NX_IOC_VOL_PARTIAL	0x2	/* only the public fields (above) */
 
@@ -78,10 +131,131 @@ struct nx_ioc_volinfo {
 #define NX_IOC_SNAP_NEXT	_IOWR('N', 0xE2, struct nx_ioc_snap)
 #define NX_IOC_GET_VOLINFO	_IOR('N', 0xE3, struct nx_ioc_volinfo)
 
+/* The virtual directory of image files, at the root of the mount. */
+#define NX_IMGDIR_NAME		".snapshot-images"
+
+#define NX_IOC_IMG_RUNS		500
+#define NX_IOC_IMG_WRITE	1	/* = NX_IMG_WRITE: NEW's content */
+#define NX_IOC_IMG_ZERO		2	/* = NX_IMG_ZERO: free in NEW */
+
+struct nx_ioc_img_run {
+	uint64_t blk;
+	uint32_t len;
+	uint32_t kind;			/* NX_IOC_IMG_* */
+};
+
+struct nx_ioc_img_changes {
+	uint32_t old_id;		/* in: the snapshot the target holds */
+	uint32_t max;			/* in: runs wanted (<= NX_IOC_IMG_RUNS) */
+	uint64_t start;			/* in: first block to look at */
+	uint64_t next;			/* out: the next call's start; the
+					   block count when done */
+	uint32_t count;			/* out: runs filled */
+	uint32_t pad;
+	struct nx_ioc_img_run run[NX_IOC_IMG_RUNS];
+};
+
+#define NX_IOC_IMG_CHANGES	_IOWR('N', 0xF2, struct nx_ioc_img_changes)
+
 #define NX_IOC_OPSTATS_SIZE	4096
 struct nx_ioc_opstats {
 	char text[NX_IOC_OPSTATS_SIZE];
 };
 #define NX_IOC_GET_OPSTATS	_IOR('N', 0xE4, struct nx_ioc_opstats)
+
+#define NX_IOC_RECV_FORCE	0x1	/* -F */
+#define NX_IOC_RECV_RESUME	0x2	/* --resume */
+#define NX_IOC_RECV_ABORT	0x4	/* --abort: no session */
+
+struct nx_ioc_recv_begin {
+	uint32_t flags;			/* in: NX_IOC_RECV_* */
+	uint32_t error;			/* out: 0, or an errno and msg */
+	uint64_t session;		/* out */
+	char msg[512];
+};
+
+/* A FUSE restricted ioctl carries less than 16 KiB (_IOC_SIZE: 14 bits). */
+#define NX_IOC_RECV_CHUNK	16360
+#define NX_IOC_RECV_EOF		0x1	/* the stream ends after this chunk */
+
+struct nx_ioc_recv_data {
+	uint64_t session;
+	uint32_t len;			/* bytes of data used */
+	uint32_t flags;			/* NX_IOC_RECV_EOF */
+	uint8_t data[NX_IOC_RECV_CHUNK];
+};
+
+/* nx_ioc_recv_status.state */
+#define NX_IOC_RECV_RUNNING	0
+#define NX_IOC_RECV_DONE	1	/* the snapshot is taken */
+#define NX_IOC_RECV_FAILED	2	/* see flags and msg */
+#define NX_IOC_RECV_NONE	3	/* session 0: nothing pending */
+#define NX_IOC_RECV_PENDING	4	/* session 0: a receive is pending */
+/* nx_ioc_recv_status.flags */
+#define NX_IOC_RECV_RESUMABLE	0x1	/* the cursor stays: resume it */
+#define NX_IOC_RECV_ROLLED_BACK	0x2	/* the live tree went back */
+#define NX_IOC_RECV_INCREMENTAL	0x4
+#define NX_IOC_RECV_REFUSED	0x8	/* nothing of this run applied */
+
+struct nx_ioc_recv_status {
+	uint64_t session;		/* in: 0 = the target's pending one */
+	uint32_t state;			/* out, and all below */
+	uint32_t flags;
+	uint64_t commands;		/* (receive.h, nx_recv_stats) */
+	uint64_t bytes;
+	uint64_t data_bytes;
+	uint64_t skipped;
+	uint64_t ignored_xattrs;
+	uint64_t next_index;
+	uint64_t next_offset;
+	int64_t taken_sec;
+	uint32_t taken_nsec;
+	uint32_t snap_id;
+	char name[256];			/* the snapshot */
+	char parent[256];		/* its parent here */
+	char token[128];		/* resume token, if resumable */
+	char msg[768];			/* what went wrong */
+};
+
+#define NX_IOC_RECV_STOP	0	/* nx_ioc_recv_end.how: keep the cursor */
+
+struct nx_ioc_recv_end {
+	uint64_t session;
+	uint32_t how;
+	uint32_t pad;
+};
+
+#define NX_IOC_RECV_BEGIN	_IOWR('N', 0xE5, struct nx_ioc_recv_begin)
+#define NX_IOC_RECV_DATA	_IOW('N', 0xE6, struct nx_ioc_recv_data)
+#define NX_IOC_RECV_STATUS	_IOWR('N', 0xE7, struct nx_ioc_recv_status)
+#define NX_IOC_RECV_END		_IOW('N', 0xE8, struct nx_ioc_recv_end)
+
+#define NX_IOC_SNAP_IDENTITY	_IOWR('N', 0xE9, struct nx_ioc_snap_identity)
+
+#define NX_IOC_DELTA_FULL	0x1	/* from an empty tree */
+#define NX_IOC_DELTA_EXTENTS	0x2	/* changed extents of regular files */
+
+struct nx_ioc_delta_start {
+	uint32_t old_id;		/* in: snapshot id */
+	uint32_t new_id;		/* in: snapshot id, 0 = the live tree */
+	uint32_t flags;			/* in: NX_IOC_DELTA_* */
+	uint32_t pad;
+	uint64_t handle;		/* out */
+	uint64_t size;			/* out: bytes of the encoded delta */
+};
+
+#define NX_DELTA_SESSIONS	4
+#define NX_IOC_DELTA_CHUNK	(16384 - 64)
+
+struct nx_ioc_delta_read {
+	uint64_t handle;		/* in */
+	uint64_t offset;		/* in */
+	uint32_t len;			/* out: bytes in data */
+	uint32_t pad;
+	char data[NX_IOC_DELTA_CHUNK];
+};
+
+#define NX_IOC_DELTA_START	_IOWR('N', 0xF0, struct nx_ioc_delta_start)
+#define NX_IOC_DELTA_READ	_IOWR('N', 0xF1, struct nx_ioc_delta_read)
 
 #endif

@@ -58,6 +58,49 @@ errcode_t nx_snap_find(struct nx_volume *vol, const char *name,
 int nx_snap_count(struct nx_volume *vol);
 
 /*
+ * A snapshot's UUID (ident.c; docs/replication.md): the version-5
+ * (SHA-1, RFC 4122) UUID in the namespace of the volume's UUID of the
+ * name "nextfs-snapshot:ID:SEC.NSEC" - the snapshot id and its take time
+ * in decimal, nanoseconds as 9 digits.  Stable (the same on every open,
+ * from any reader, mounted or not: nothing is stored), never reused (ids
+ * are never reused on a volume, and two copies of one image that take a
+ * snapshot under the same id at different times get different UUIDs),
+ * and different on every volume.  Changing the volume's UUID (tune2fs
+ * -U) changes those of its snapshots.  This is the only place that
+ * derives it; streams name a snapshot by its identity (below), which is
+ * this UUID unless the snapshot was received.
+ */
+void nx_snap_uuid(const unsigned char vol_uuid[16], uint32_t id,
+		  const struct timespec *taken, unsigned char out[16]);
+/* ... of snapshot INFO of VOL (its live volume or any of its views). */
+void nx_snap_uuid_of(struct nx_volume *vol, const struct nx_snapinfo *info,
+		     unsigned char out[16]);
+
+/*
+ * The identity a snapshot has for replication: the sender's UUID and
+ * ctransid if "nextfs receive" took it, else its own UUID (above) with
+ * its id as ctransid - as btrfs sends and matches a received subvolume
+ * by its received_uuid.  What the sender puts into a stream's SUBVOL or
+ * SNAPSHOT command, and what the receiver matches a stream's parent by.
+ *
+ * The receiver's record (nx_snap_received_record) is a private xattr
+ * (xattr.h) "system.nextfs.received" on the root inode, written just
+ * before the take so that the snapshot's own root holds it: the id the
+ * snapshot gets, the UUID and the ctransid.  It stays in the live tree,
+ * which then compares unchanged to the snapshot; a later snapshot has
+ * another id, so it does not inherit the identity.  VOL is the live
+ * volume (the snapshot's root is read through its view).
+ */
+#define NX_SNAP_RECEIVED_XATTR	"system.nextfs.received"
+#define NX_SNAP_RECEIVED_LEN	32
+errcode_t nx_snap_identity(struct nx_volume *vol,
+			   const struct nx_snapinfo *info,
+			   unsigned char uuid[16], uint64_t *ctransid);
+void nx_snap_received_record(uint32_t id, const unsigned char uuid[16],
+			     uint64_t ctransid,
+			     unsigned char rec[NX_SNAP_RECEIVED_LEN]);
+
+/*
  * Browsing without I/O (a listing of .snapshots costs what a directory of
  * that size costs): the IDX-th snapshot, oldest first, with blocks = 0;
  * the index of snapshot NAME (-1 if none); the index of the first

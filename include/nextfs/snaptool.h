@@ -17,17 +17,15 @@
  *   snapshot preserves only blocks that were in use at its take.  With
  *   NX_CHECK_REPAIR it fixes what is safe (superblock snapshot fields,
  *   chain links, snapshot flags, sizes) and reports each fix.  It does not
- *   run e2fsck itself: nx_imgsrc_open_live() gives the byte image that a
- *   stock e2fsck must see (the live volume with HAS_SNAPSHOT masked,
- *   nothing copied), and the caller serves it (nextfs check uses FUSE).
- * - An nx_imgsrc is a read-only byte image.  nx_imgsrc_open_export()
- *   presents a snapshot as a standalone ext image: read through the
- *   snapshot's view, with the snapshot files and /.snapshots removed, the
- *   block bitmap rebuilt from what is owned, and HAS_SNAPSHOT, the
- *   snapshot fields and IS_SNAPSHOT cleared.  The changed metadata is
- *   held in memory; nothing is written to the source.
+ *   run e2fsck itself: nx_imgsrc_open_live() (image.h) gives the byte
+ *   image that a stock e2fsck must see (the live volume with
+ *   HAS_SNAPSHOT masked, nothing copied), and the caller serves it
+ *   (nextfs check uses FUSE).  Snapshots as standalone images (export):
+ *   image.h.
  * - nx_snap_diff() reports the changes between snapshot OLD and snapshot
- *   NEW (or the live tree) as created/deleted/modified/renamed paths.
+ *   NEW (or the live tree) as created/deleted/modified/renamed paths;
+ *   nx_snap_delta() gives the per-inode delta they are made from
+ *   (delta.h), which "nextfs send" streams.
  *   Inodes whose inode-table block and block maps resolve to the same
  *   physical blocks in both trees are known unchanged without being read;
  *   only changed inodes are compared, and file content only for the
@@ -39,7 +37,7 @@
  *   valid.  Newer snapshots make it refuse (EEXIST with the reason) unless
  *   NX_RESTORE_DESTROY_NEWER deletes them first.  If interrupted, running
  *   it again completes it.
- * Functions taking a struct nx_volume (export, diff) expect it opened
+ * Functions taking a struct nx_volume (diff) expect it opened
  * with NX_VOL_RDONLY and its lock held by the caller, as snapshot.h does.
  * Nothing here is thread-safe; one caller at a time.
  */
@@ -52,6 +50,7 @@
 #include <ext2fs/ext2fs.h>
 #include "nextfs/volume.h"
 #include "nextfs/snapshot.h"
+#include "nextfs/delta.h"
 
 /* Progress of a long operation: DONE out of TOTAL units of WHAT. */
 typedef void (*nx_progress_fn)(void *priv, const char *what, uint64_t done,
@@ -127,59 +126,7 @@ errcode_t nx_check(const char *device, int flags, nx_check_report_fn report,
 		   struct nx_check_result *res, char *msg, size_t msglen);
 
 /* ------------------------------------------------------------------ */
-/* Byte images (for e2fsck through FUSE, and for export). */
-
-struct nx_imgsrc;
-
-/*
- * The live volume DEVICE with HAS_SNAPSHOT masked (only the superblock
- * differs, in memory).  Holds the volume's lock (shared) until closed.
- */
-errcode_t nx_imgsrc_open_live(const char *device, struct nx_imgsrc **ret,
-			      char *msg, size_t msglen);
-/*
- * Snapshot NAME of VOL (opened read-only, see nx_open_volume) as a
- * standalone image.  VOL must stay open while the source is used.
- */
-errcode_t nx_imgsrc_open_export(struct nx_volume *vol, const char *name,
-				struct nx_imgsrc **ret, char *msg,
-				size_t msglen);
-uint64_t nx_imgsrc_size(const struct nx_imgsrc *src);
-errcode_t nx_imgsrc_read(struct nx_imgsrc *src, void *buf, uint64_t len,
-			 uint64_t off);
-/*
- * Write the whole image to FD, in one of three ways:
- * NX_WRITE_STREAM: every byte, sequentially (a pipe, stdout);
- * NX_WRITE_FILE: FD is a new, empty regular file: blocks that are free in
- *   the image or all zeros are left as holes, the size is set at the end;
- * NX_WRITE_DEVICE: FD is seekable and its old content does not matter
- *   where the image has free blocks: those are skipped, all others written.
- * Errors (ENOSPC, EPIPE, ...) are returned as errno values.
- */
-#define NX_WRITE_STREAM	0
-#define NX_WRITE_FILE	1
-#define NX_WRITE_DEVICE	2
-errcode_t nx_imgsrc_write(struct nx_imgsrc *src, int fd, int how,
-			  const struct nx_progress *prog);
-void nx_imgsrc_close(struct nx_imgsrc *src);
-
-/* ------------------------------------------------------------------ */
 /* Diff. */
-
-#define NX_DIFF_ADDED		'+'
-#define NX_DIFF_REMOVED		'-'
-#define NX_DIFF_MODIFIED	'M'
-#define NX_DIFF_RENAMED		'R'
-
-struct nx_diff_entry {
-	int kind;			/* NX_DIFF_* */
-	mode_t type;			/* S_IFREG, S_IFDIR, ... */
-	const char *path;		/* "/a/b"; for R the old path */
-	const char *newpath;		/* R only */
-};
-
-/* Return non-zero to stop. */
-typedef int (*nx_diff_fn)(void *priv, const struct nx_diff_entry *e);
 
 /*
  * Changes from snapshot OLD to snapshot NEW (NULL: the live tree) of VOL
@@ -193,6 +140,19 @@ errcode_t nx_snap_diff(struct nx_volume *vol, const char *old_name,
 		       const char *new_name, nx_diff_fn fn, void *priv,
 		       const struct nx_progress *prog, char *msg,
 		       size_t msglen);
+
+/*
+ * The delta (delta.h) from snapshot OLD_ID to snapshot NEW_ID (0: the
+ * live tree) of VOL, from the block maps; NX_DELTA_FULL: from an empty
+ * tree (OLD_ID unused).  VOL is an image opened read-only (its lock held
+ * by the caller) or the daemon's live volume (its lock held throughout:
+ * the views resolve blocks through the live snapshot store).  The views
+ * used are the store's (nx_snap_view_get).  MSG says why on failure.
+ */
+errcode_t nx_snap_delta(struct nx_volume *vol, uint32_t old_id,
+			uint32_t new_id, unsigned flags,
+			const struct nx_progress *prog, struct nx_delta *delta,
+			char *msg, size_t msglen);
 
 /* ------------------------------------------------------------------ */
 /* Restore. */

@@ -77,4 +77,24 @@ errcode_t nx_acl_inherit(struct nx_volume *vol, ext2_ino_t dir,
 			 mode_t umask);
 errcode_t nx_acl_chmod(struct nx_volume *vol, ext2_ino_t ino, mode_t mode);
 
+/*
+ * nextfs's own records on an inode (the receive cursor and the received
+ * snapshot identity: docs/replication.md): xattrs named NX_XATTR_PRIVATE
+ * + something.  ext4 has no handler for such system.* names, so no user
+ * interface lists, reads or writes them - the calls above answer
+ * EOPNOTSUPP and leave them out of lists, as the kernel does - and no
+ * stream, copy or ACL can forge one.  These store them like any xattr,
+ * without permission checks and without changing ctime (the inode did
+ * not change for its users).  _get mallocs *VALUE; ENODATA if absent;
+ * EINVAL for a name outside the prefix.
+ */
+#define NX_XATTR_PRIVATE	"system.nextfs."
+errcode_t nx_xattr_private_get(struct nx_volume *vol, ext2_ino_t ino,
+			       const char *name, void **value, size_t *len);
+errcode_t nx_xattr_private_set(struct nx_volume *vol, ext2_ino_t ino,
+			       const char *name, const void *value,
+			       size_t len);
+errcode_t nx_xattr_private_remove(struct nx_volume *vol, ext2_ino_t ino,
+				  const char *name);
+
 #endif

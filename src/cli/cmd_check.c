@@ -30,6 +30,10 @@
 #include <sys/wait.h>
 #include <fuse_lowlevel.h>
 #include <et/com_err.h>
+#include "nextfs/devname.h"
+#include "nextfs/grow.h"
+#include "nextfs/image.h"
+#include "nextfs/safepath.h"
 #include "nextfs/snaptool.h"
 #include "cli.h"
 #include "output.h"
@@ -38,7 +42,7 @@
 #define CHECK_FIXED	1
 #define CHECK_ERRORS	4
 #define CHECK_OPERROR	8
-#define CHECK_USAGE	16
+#define CHECK_USAGE	16	/* the table in nextfs.c says so */
 
 #define FV_FILE_INO	2
 #define FV_FILE_NAME	"image"
@@ -80,6 +84,7 @@ struct fileview {
 	struct fuse_session *se;
 	pthread_t thread;
 	char mnt[64];
+	int dirfd;		/* MNT, held: the mount goes on it */
 };
 
 static void fv_attr(struct fileview *fv, fuse_ino_t ino, struct stat *st)
@@ -182,26 +187,53 @@ static void *fv_loop(void *arg)
 	return NULL;
 }
 
+/*
+ * The directory mkdtemp made, held, and what libfuse is to mount on: that
+ * directory, even if TMPDIR is a place where someone else can rename
+ * (safepath.h).  -1 if it is not ours and empty any more.
+ */
+static int fv_hold_dir(struct fileview *fv, char **mount_name)
+{
+	struct stat st;
+
+	fv->dirfd = nx_sp_open_path(fv->mnt, O_PATH | O_DIRECTORY);
+	if (fv->dirfd < 0)
+		return -1;
+	if (fstat(fv->dirfd, &st) < 0 || st.st_uid != geteuid() ||
+	    (st.st_mode & 07777) != 0700 || st.st_nlink != 2 ||
+	    !(*mount_name = nx_sp_mount_name(fv->dirfd, fv->mnt))) {
+		close(fv->dirfd);
+		fv->dirfd = -1;
+		return -1;
+	}
+	return 0;
+}
+
 static int fv_start(struct fileview *fv, struct nx_imgsrc *src)
 {
 	char *argv[] = { "nextfs-check", "-o",
 			 "ro,fsname=nextfs-check,subtype=nextfs-check", NULL };
 	struct fuse_args args = FUSE_ARGS_INIT(3, argv);
 	const char *tmp = getenv("TMPDIR");
+	char *mount_name = NULL;
 
 	fv->src = src;
+	fv->dirfd = -1;
 	snprintf(fv->mnt, sizeof(fv->mnt), "%s/nextfs-check-XXXXXX",
 		 tmp && *tmp && strlen(tmp) < 32 ? tmp : "/tmp");
 	if (!mkdtemp(fv->mnt))
 		return -1;
+	if (fv_hold_dir(fv, &mount_name))
+		goto fail;
 	fv->se = fuse_session_new(&args, &fv_ops, sizeof(fv_ops), fv);
 	fuse_opt_free_args(&args);
 	if (!fv->se)
 		goto fail;
-	if (fuse_session_mount(fv->se, fv->mnt)) {
+	if (fuse_session_mount(fv->se, mount_name)) {
 		fuse_session_destroy(fv->se);
 		goto fail;
 	}
+	free(mount_name);
 	if (pthread_create(&fv->thread, NULL, fv_loop, fv)) {
 		fuse_session_unmount(fv->se);
 		fuse_session_destroy(fv->se);
@@ -209,7 +241,10 @@ static int fv_start(struct fileview *fv, struct nx_imgsrc *src)
 	}
 	return 0;
 fail:
+	free(mount_name);
 	fv->se = NULL;
+	if (fv->dirfd >= 0)
+		close(fv->dirfd);
 	rmdir(fv->mnt);
 	return -1;
 }
@@ -220,6 +255,7 @@ static void fv_stop(struct fileview *fv)
 	fuse_session_unmount(fv->se);
 	pthread_join(fv->thread, NULL);
 	fuse_session_destroy(fv->se);
+	close(fv->dirfd);	/* after the unmount through its name */
 	rmdir(fv->mnt);
 }
 
@@ -270,14 +306,9 @@ static int run_e2fsck_mode(const char *mode, const char *path, char **out)
 	for (;;) {
 		ssize_t n;
 
-		if (len + 4096 > cap) {
-			char *more = realloc(*out, cap + 65536);
-
-			if (!more)
-				break;
-			*out = more;
-			cap += 65536;
-		}
+		/* room for 4 KiB at least, and the NUL */
+		if (nx_grow((void **)out, &cap, len + 4096, 1, 65536))
+			break;
 		n = read(pfd[0], *out + len, cap - len - 1);
 		if (n < 0 && errno == EINTR)
 			continue;
@@ -374,7 +405,7 @@ static int fsck_live(const char *image, int verbose, unsigned *errors)
 /* IMAGE's primary superblock as it is on disk.  0 or -1 (errno). */
 static int read_primary_sb(const char *image, struct ext2_super_block *sb)
 {
-	int fd = open(image, O_RDONLY | O_CLOEXEC), rc = -1;
+	int fd = nx_dev_open(image, O_RDONLY), rc = -1;
 
 	if (fd < 0)
 		return -1;
@@ -390,14 +421,14 @@ static int read_primary_sb(const char *image, struct ext2_super_block *sb)
 /* Write SB as IMAGE's primary superblock, with its checksum made right. */
 static int write_primary_sb(const char *image, struct ext2_super_block *sb)
 {
-	int fd = open(image, O_WRONLY | O_CLOEXEC), rc = -1;
+	int fd = nx_dev_open(image, O_WRONLY), rc = -1;
 
 	if (fd < 0)
 		return -1;
 	if (ext2fs_has_feature_metadata_csum(sb))
 		sb->s_checksum = ext2fs_crc32c_le(~0U, (unsigned char *)sb,
 				offsetof(struct ext2_super_block, s_checksum));
-	if (pwrite(fd, sb, sizeof(*sb), SUPERBLOCK_OFFSET) == sizeof(*sb) &&
+	if (nx_cli_pwrite_all(fd, sb, sizeof(*sb), SUPERBLOCK_OFFSET) == 0 &&
 	    fsync(fd) == 0)
 		rc = 0;
 	close(fd);
@@ -431,6 +462,28 @@ static int set_has_snapshot(const char *image, int on, int *was)
  * claimed twice) it clones, so snapshot contents survive.  Returns
  * e2fsck's status or -1.
  */
+/*
+ * e2fsck -fy on IMAGE: on the file IMAGE was pinned to (devname.h), which
+ * e2fsck inherits and opens as /dev/fd/N, not on whatever the name leads
+ * to by now.
+ */
+static int repair_pinned(const char *image, char **out)
+{
+	char name[32];
+	int fd = nx_dev_open(image, O_PATH), rc;
+
+	*out = NULL;
+	if (fd < 0 || fcntl(fd, F_SETFD, 0) < 0) {
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
+	snprintf(name, sizeof(name), "/dev/fd/%d", fd);
+	rc = run_e2fsck_mode("-fy", name, out);
+	close(fd);
+	return rc;
+}
+
 static int repair_live(const char *image, int verbose)
 {
 	char *out = NULL;
@@ -443,7 +496,7 @@ static int repair_live(const char *image, int verbose)
 	}
 	printf("running %s -fy on %s (has_snapshot masked)\n", e2fsck_path(),
 	       image);
-	rc = run_e2fsck_mode("-fy", image, &out);
+	rc = repair_pinned(image, &out);
 	if (out && (verbose || rc < 0 || rc >= 4))
 		print_tail(out, verbose ? 1000 : 20);
 	free(out);
@@ -539,19 +592,15 @@ static int fsck_views(const char *image, int verbose, unsigned *errors)
 		snprintf(what, sizeof(what), "snapshot %s",
 			 nx_out_quote(q, sizeof(q), snaps[i].name,
 				      strlen(snaps[i].name)));
-		nx_volume_lock(vol);
 		err = nx_imgsrc_open_export(vol, snaps[i].name, &src, msg,
 					    sizeof(msg));
 		if (err) {
-			nx_volume_unlock(vol);
 			fputs("error: ", stdout);
 			nx_out_line(stdout, msg[0] ? msg : error_message(err));
 			putchar('\n');
 			(*errors)++;
 			continue;
 		}
-		/* FUSE reads run in another thread: it holds the lock. */
-		nx_volume_unlock(vol);
 		if (fsck_source(src, what, verbose) == 0)
 			(*errors)++;
 		nx_imgsrc_close(src);
@@ -561,137 +610,116 @@ static int fsck_views(const char *image, int verbose, unsigned *errors)
 	return 0;
 }
 
-static void check_usage(FILE *out)
+/*
+ * The library's checks (and repairs) of IMAGE into *RES; a volume too
+ * damaged to open is handed to e2fsck first when repairing.  0, or
+ * CHECK_OPERROR after a message.
+ */
+static int check_snapshots(const char *image, int repair, int fsck,
+			   struct report_ctx *rc, struct nx_check_result *res)
 {
-	fprintf(out,
-		"usage: nextfs check [-r|--repair] [--no-fsck] [--views] [-v] "
-		"IMAGE\n"
-		"\n"
-		"Check the snapshots of an unmounted volume: the snapshot list,\n"
-		"every snapshot inode, that no block is owned twice, the block\n"
-		"bitmap, what each snapshot preserves; then run e2fsck -fn on the\n"
-		"live volume with has_snapshot masked (copy-free, through a\n"
-		"private FUSE mount).\n"
-		"\n"
-		"  -r, --repair  replay the journal, fix what can be fixed safely\n"
-		"                and say what was done; if e2fsck still finds the\n"
-		"                live volume damaged, run e2fsck -fy on it (with\n"
-		"                has_snapshot masked)\n"
-		"  --no-fsck     do not run e2fsck\n"
-		"  --views       also run e2fsck on every snapshot as exported\n"
-		"  -v            say what is being checked\n"
-		"\n"
-		"Exit status: 0 clean, 1 errors fixed, 4 errors left,\n"
-		"8 operational error, 16 usage error.\n");
-}
-
-int nx_cmd_check(int argc, char **argv)
-{
-	struct report_ctx rc = { 0 };
-	struct nx_check_result res, again;
 	struct nx_progress prog;
-	const char *image = NULL;
-	int repair = 0, fsck = 1, views = 0, parsed, nargs;
-	const struct nx_cli_opt opts[] = {
-		{ "-r|--repair|-y|-p", &repair, 1 },
-		{ "-n", &repair, 0 },
-		{ "--no-fsck", &fsck, 0 },
-		{ "--views", &views, 1 },
-		{ "-v|--verbose", &rc.verbose, 1 },
-		{ NULL, NULL, 0 },
-	};
 	char msg[512] = "";
 	errcode_t err;
 
-	parsed = nx_cli_parse(argc, argv, "check", opts, &image, 1, &nargs);
-	if (parsed == NX_CLI_HELP) {
-		check_usage(stdout);
-		return 0;
-	}
-	if (parsed) {
-		check_usage(stderr);
-		return CHECK_USAGE;
-	}
-	if (nargs > 1) {
-		nx_cli_error("check: too many arguments");
-		return CHECK_USAGE;
-	}
-	if (!image) {
-		check_usage(stderr);
-		return CHECK_USAGE;
-	}
 	nx_cli_progress_begin(&prog);
-	err = nx_check(image, repair ? NX_CHECK_REPAIR : 0, print_finding, &rc,
-		       &prog, &res, msg, sizeof(msg));
+	err = nx_check(image, repair ? NX_CHECK_REPAIR : 0, print_finding, rc,
+		       &prog, res, msg, sizeof(msg));
 	nx_cli_progress_end(&prog);
 	if (err && repair && fsck && e2fsck_must_go_first(err)) {
 		int frc;
 
 		printf("damaged: %s\n", msg[0] ? msg : error_message(err));
-		frc = repair_unopenable(image, rc.verbose);
+		frc = repair_unopenable(image, rc->verbose);
 		if (frc < 0 || frc >= 4)
 			return CHECK_OPERROR;
 		nx_cli_progress_begin(&prog);
-		err = nx_check(image, NX_CHECK_REPAIR, print_finding, &rc,
-			       &prog, &res, msg, sizeof(msg));
+		err = nx_check(image, NX_CHECK_REPAIR, print_finding, rc,
+			       &prog, res, msg, sizeof(msg));
 		nx_cli_progress_end(&prog);
-		res.fixed++;
+		res->fixed++;
 	}
-	if (!err && repair && res.fixed && res.errors) {
+	if (!err && repair && res->fixed && res->errors) {
 		/*
 		 * What was found before a repair may be gone after it (new
 		 * ids give a snapshot's extent blocks new checksums): count
 		 * again what is left.
 		 */
-		unsigned fixed = res.fixed;
+		unsigned fixed = res->fixed;
 
 		nx_cli_progress_begin(&prog);
-		err = nx_check(image, NX_CHECK_REPAIR, print_finding, &rc,
-			       &prog, &res, msg, sizeof(msg));
+		err = nx_check(image, NX_CHECK_REPAIR, print_finding, rc,
+			       &prog, res, msg, sizeof(msg));
 		nx_cli_progress_end(&prog);
-		res.fixed += fixed;
+		res->fixed += fixed;
 	}
 	if (err) {
 		nx_cli_error("%s", msg[0] ? msg : error_message(err));
 		return CHECK_OPERROR;
 	}
-	fflush(stdout);
-	if (fsck) {
-		unsigned live_errors = 0;
+	return 0;
+}
 
-		if (fsck_live(image, rc.verbose, &live_errors) < 0)
+/*
+ * e2fsck -fn on the live volume, and when repairing, e2fsck -fy where it
+ * found damage; what is left counts in RES.  0, or CHECK_OPERROR.
+ */
+static int check_live(const char *image, int repair, struct report_ctx *rc,
+		      struct nx_check_result *res)
+{
+	struct nx_progress none = { NULL, NULL };
+	struct nx_check_result again;
+	unsigned live_errors = 0;
+	char msg[512] = "";
+	errcode_t err;
+	int frc;
+
+	if (fsck_live(image, rc->verbose, &live_errors) < 0)
+		return CHECK_OPERROR;
+	if (live_errors && repair) {
+		frc = repair_live(image, rc->verbose);
+		if (frc < 0)
 			return CHECK_OPERROR;
-		if (live_errors && repair) {
-			int frc = repair_live(image, rc.verbose);
-
-			if (frc < 0)
-				return CHECK_OPERROR;
-			if (frc == 1 || frc == 2)
-				res.fixed++;
-			/*
-			 * Again after e2fsck's repairs, repairing: what it
-			 * cleared (a snapshot file whose map was corrupt)
-			 * leaves the list to relink, which a second run
-			 * would otherwise have to do.
-			 */
-			res.errors = 0;
-			err = nx_check(image, NX_CHECK_REPAIR, print_finding,
-				       &rc, &prog, &again, msg, sizeof(msg));
-			if (err) {
-				nx_cli_error("%s", msg[0] ? msg :
-					     error_message(err));
-				return CHECK_OPERROR;
-			}
-			res.errors = again.errors;
-			res.fixed += again.fixed;
-			res.nsnaps = again.nsnaps;
-			live_errors = 0;
-			if (fsck_live(image, rc.verbose, &live_errors) < 0)
-				return CHECK_OPERROR;
+		if (frc == 1 || frc == 2)
+			res->fixed++;
+		/*
+		 * Again after e2fsck's repairs, repairing: what it cleared (a
+		 * snapshot file whose map was corrupt) leaves the list to
+		 * relink, which a second run would otherwise have to do.
+		 */
+		res->errors = 0;
+		err = nx_check(image, NX_CHECK_REPAIR, print_finding, rc,
+			       &none, &again, msg, sizeof(msg));
+		if (err) {
+			nx_cli_error("%s", msg[0] ? msg : error_message(err));
+			return CHECK_OPERROR;
 		}
-		res.errors += live_errors;
+		res->errors = again.errors;
+		res->fixed += again.fixed;
+		res->nsnaps = again.nsnaps;
+		live_errors = 0;
+		if (fsck_live(image, rc->verbose, &live_errors) < 0)
+			return CHECK_OPERROR;
 	}
-	if (fsck && views && res.views_checked &&
+	res->errors += live_errors;
+	return 0;
+}
+
+int nx_cmd_check(struct nx_cli_args *a)
+{
+	struct report_ctx rc = { .verbose = a->opt[NX_OPT_VERBOSE] };
+	struct nx_check_result res;
+	const char *image = a->pos[0];
+	int repair = a->opt[NX_OPT_REPAIR], fsck = !a->opt[NX_OPT_NO_FSCK];
+
+	if (nx_cli_pin_image(image))
+		return CHECK_OPERROR;
+	if (check_snapshots(image, repair, fsck, &rc, &res))
+		return CHECK_OPERROR;
+	fflush(stdout);
+	if (fsck && check_live(image, repair, &rc, &res))
+		return CHECK_OPERROR;
+	if (fsck && a->opt[NX_OPT_VIEWS] && res.views_checked &&
 	    fsck_views(image, rc.verbose, &res.errors) < 0)
 		return CHECK_OPERROR;
 	if (!res.errors && !res.fixed)

@@ -15,16 +15,6 @@
 #include "cli.h"
 #include "output.h"
 
-static void info_usage(FILE *out)
-{
-	fprintf(out,
-		"usage: nextfs info [--json] IMAGE_OR_MOUNTPOINT\n"
-		"\n"
-		"Print the volume summary (as dumpe2fs -h) and the snapshots with\n"
-		"the space each one holds, of an unmounted volume or of one that\n"
-		"nextfs-fuse serves (given its mountpoint or its image).\n");
-}
-
 /* What info shows, however it was read. */
 struct volinfo {
 	struct ext2_super_block sb;
@@ -192,29 +182,15 @@ static void print_json(struct volinfo *vi)
 	nx_json_end(&j);
 }
 
-int nx_cmd_info(int argc, char **argv)
+int nx_cmd_info(struct nx_cli_args *a)
 {
-	const char *target = NULL;
-	int json = 0, n, rc;
-	const struct nx_cli_opt opts[] = {
-		{ "--json", &json, 1 },
-		{ NULL, NULL, 0 },
-	};
 	struct volinfo vi;
+	int rc;
 
-	rc = nx_cli_parse(argc, argv, "info", opts, &target, 1, &n);
-	if (rc == NX_CLI_HELP) {
-		info_usage(stdout);
-		return NX_CLI_OK;
-	}
-	if (rc || n != 1) {
-		info_usage(stderr);
-		return NX_CLI_USAGE;
-	}
 	memset(&vi, 0, sizeof(vi));
-	rc = nx_cli_snaps_get(target, &vi.snaps, &vi.sb);
+	rc = nx_cli_snaps_get(a->pos[0], &vi.snaps, &vi.sb);
 	if (!rc) {
-		if (json)
+		if (a->opt[NX_OPT_JSON])
 			print_json(&vi);
 		else
 			print_text(&vi);

@@ -20,71 +20,6 @@ struct prune_args {
 	int dry_run, json;
 };
 
-static void prune_usage(FILE *out)
-{
-	fprintf(out,
-		"usage: nextfs snapshot prune IMAGE_OR_MOUNTPOINT --keep SPEC "
-		"[--dry-run] [--json]\n"
-		"\n"
-		"Delete the timeline snapshots (named @GMT-YYYY.MM.DD-HH.MM.SS,\n"
-		"as 'snapshot take' without a name and nextfs-fuse -o\n"
-		"snapshot_every make them) that SPEC does not keep.  Snapshots\n"
-		"with other names are never deleted and count for nothing.\n"
-		"\n"
-		"SPEC: last=N,hourly=N,daily=N,weekly=N,monthly=N,yearly=N, any\n"
-		"of them, separated by ',' or ':'.  A snapshot is kept when it\n"
-		"is one of the newest 'last' ones, or the newest snapshot of one\n"
-		"of the newest N hours, days, ISO weeks, months or years (UTC)\n"
-		"that have a timeline snapshot: daily=7 keeps 7 snapshots, one\n"
-		"per day, from the 7 latest days that have one.  The time is the\n"
-		"one in the name; names dated after now are kept and not counted.\n"
-		"\n"
-		"  --dry-run   say what would be deleted, delete nothing\n"
-		"  --json      one JSON object: every snapshot, its action and\n"
-		"              why it is kept\n");
-}
-
-/* 0, NX_CLI_HELP or NX_CLI_USAGE (after a message). */
-static int parse_prune_args(int argc, char **argv, struct prune_args *a)
-{
-	int i, npos = 0, done = 0;
-
-	memset(a, 0, sizeof(*a));
-	for (i = 1; i < argc; i++) {
-		const char *arg = argv[i];
-
-		if (done || arg[0] != '-' || !arg[1]) {
-			a->target = arg;
-			npos++;
-		} else if (!strcmp(arg, "--")) {
-			done = 1;
-		} else if (!strcmp(arg, "-h") || !strcmp(arg, "--help")) {
-			return NX_CLI_HELP;
-		} else if (!strcmp(arg, "--dry-run") || !strcmp(arg, "-n")) {
-			a->dry_run = 1;
-		} else if (!strcmp(arg, "--json")) {
-			a->json = 1;
-		} else if (!strncmp(arg, "--keep=", 7)) {
-			a->spec = arg + 7;
-		} else if (!strcmp(arg, "--keep") && i + 1 < argc) {
-			a->spec = argv[++i];
-		} else {
-			nx_cli_error("snapshot prune: %s '%s'",
-				     strcmp(arg, "--keep") ? "unknown option" :
-				     "missing SPEC after", arg);
-			return NX_CLI_USAGE;
-		}
-	}
-	if (npos != 1 || !a->spec) {
-		nx_cli_error("snapshot prune: %s", npos != 1 ?
-			     "give one IMAGE_OR_MOUNTPOINT" :
-			     "--keep SPEC is required (e.g. --keep "
-			     "hourly=24,daily=7)");
-		return NX_CLI_USAGE;
-	}
-	return 0;
-}
-
 /* What happened to each snapshot. */
 enum prune_state { KEPT, NAMED, DELETE, DELETED, FAILED };
 
@@ -217,15 +152,13 @@ static int prune(const struct prune_args *a, const struct nx_keep_spec *keep)
 	enum prune_state *state = NULL;
 	struct nx_cli_target t;
 	struct timespec now;
-	char *mnt = NULL;
 	errcode_t err;
 	int i, rc;
 
-	rc = nx_cli_open_target(a->target, a->dry_run ? NX_VOL_RDONLY : 0,
-				&t.vol, &mnt);
+	rc = nx_cli_target_open(a->target, a->dry_run ? NX_VOL_RDONLY : 0,
+				&t);
 	if (rc)
 		return rc;
-	t.mnt = mnt;
 	rc = list_target(&t, &snaps);
 	if (rc)
 		goto out;
@@ -267,34 +200,25 @@ out:
 	free(items);
 	free(state);
 	nx_cli_snaps_free(&snaps);
-	free(mnt);
-	if (t.vol) {
-		err = nx_volume_close(t.vol);
-		if (err && !rc) {
-			nx_cli_error("closing the volume: %s",
-				     error_message(err));
-			rc = NX_CLI_FAIL;
-		}
-	}
+	if (nx_cli_target_close(&t))
+		rc = NX_CLI_FAIL;
 	return rc;
 }
 
-int nx_cmd_snapshot_prune(int argc, char **argv)
+int nx_cmd_snapshot_prune(struct nx_cli_args *a)
 {
-	struct prune_args a;
+	struct prune_args pa = {
+		.target = a->pos[0],
+		.spec = a->val[NX_OPT_KEEP],
+		.dry_run = a->opt[NX_OPT_DRY_RUN],
+		.json = a->opt[NX_OPT_JSON],
+	};
 	struct nx_keep_spec keep;
 	char msg[256];
-	int rc = parse_prune_args(argc, argv, &a);
 
-	if (rc == NX_CLI_HELP) {
-		prune_usage(stdout);
-		return NX_CLI_OK;
-	}
-	if (rc)
-		return rc;
-	if (nx_keep_parse(a.spec, &keep, msg, sizeof(msg))) {
+	if (nx_keep_parse(pa.spec, &keep, msg, sizeof(msg))) {
 		nx_cli_error("snapshot prune: --keep: %s", msg);
 		return NX_CLI_USAGE;
 	}
-	return prune(&a, &keep);
+	return prune(&pa, &keep);
 }

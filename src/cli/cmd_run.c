@@ -35,20 +35,6 @@
 #define RUN_NOTFOUND	127
 #define RUN_CMD_MAX	64	/* bytes of the command's name in a name */
 
-static void run_usage(FILE *out)
-{
-	fprintf(out,
-		"usage: nextfs snapshot run IMAGE_OR_MOUNTPOINT [--] COMMAND [ARGS...]\n"
-		"\n"
-		"Take a snapshot, run COMMAND, take another one:\n"
-		"  run-YYYYMMDD-HHMMSS-CMD-pre, run-YYYYMMDD-HHMMSS-CMD-post-exitN\n"
-		"(UTC; -post-sigN when a signal ended it), then exit with the\n"
-		"command's status (a signal N: 128+N; 125: a snapshot failed;\n"
-		"126/127: COMMAND could not be run).  'nextfs diff MOUNTPOINT PRE\n"
-		"POST' shows what the command changed.  Everything written to the\n"
-		"mount before is flushed (syncfs) before each snapshot.\n");
-}
-
 /*
  * Take NAME on TARGET (snapact.c).  On a mount the file system is flushed
  * first, so that data written before (also through mmap) is in the
@@ -58,21 +44,19 @@ static void run_usage(FILE *out)
 static int take_synced(const char *target, const char *name,
 		       int may_exist)
 {
-	char q[NX_QUOTED_NAME_SIZE], *mnt;
+	char q[NX_QUOTED_NAME_SIZE];
 	struct nx_cli_target t;
 	errcode_t err = 0;
-	int rc = nx_cli_open_target(target, 0, &t.vol, &mnt);
+	int rc = nx_cli_target_open(target, 0, &t);
 
 	if (rc)
 		return -1;
-	t.mnt = mnt;
-	if (mnt)
-		rc = nx_cli_flush_mount(mnt);
+	if (t.mnt)
+		rc = nx_cli_flush_mount(t.mnt);
 	if (!rc)
 		err = nx_errno(nx_cli_take(&t, name));
-	free(mnt);
-	if (t.vol && nx_volume_close(t.vol) && !err && !rc)
-		err = EIO;
+	if (nx_cli_target_close(&t))
+		rc = NX_CLI_FAIL;	/* said */
 	if (rc)
 		return -1;
 	if (err == EEXIST && may_exist)
@@ -192,49 +176,24 @@ static int run_command(char **argv, int *signo)
 	return WEXITSTATUS(status);
 }
 
-int nx_cmd_snapshot_run(int argc, char **argv)
+int nx_cmd_snapshot_run(struct nx_cli_args *a)
 {
 	char stem[128], name[NX_NAME_MAX + 1];
-	const char *target;
-	int i = 1, status, signo = 0;
+	int status, signo = 0;
 
-	if (i < argc && (!strcmp(argv[i], "-h") ||
-			 !strcmp(argv[i], "--help"))) {
-		run_usage(stdout);
-		return NX_CLI_OK;
-	}
-	if (i < argc && !strcmp(argv[i], "--"))
-		i++;
-	if (i < argc && argv[i][0] == '-' && strcmp(argv[i], "-") &&
-	    i == 1) {
-		nx_cli_error("snapshot run: unknown option '%s'", argv[i]);
-		return NX_CLI_USAGE;
-	}
-	if (i >= argc) {
-		run_usage(stderr);
-		return NX_CLI_USAGE;
-	}
-	target = argv[i++];
-	if (i < argc && !strcmp(argv[i], "--"))
-		i++;
-	if (i >= argc) {
-		nx_cli_error("snapshot run: no COMMAND to run");
-		run_usage(stderr);
-		return NX_CLI_USAGE;
-	}
-	if (take_pre(target, argv[i], stem, sizeof(stem)))
+	if (take_pre(a->pos[0], a->pos[1], stem, sizeof(stem)))
 		return RUN_FAILED;
 	snprintf(name, sizeof(name), "%s-pre", stem);
 	say_taken("before", name);
 	fflush(NULL);
-	status = run_command(argv + i, &signo);
+	status = run_command(a->pos + 1, &signo);
 	if (status < 0)
 		status = RUN_FAILED;
 	if (signo)
 		snprintf(name, sizeof(name), "%s-post-sig%d", stem, signo);
 	else
 		snprintf(name, sizeof(name), "%s-post-exit%d", stem, status);
-	if (take_synced(target, name, 0)) {
+	if (take_synced(a->pos[0], name, 0)) {
 		nx_cli_error("the command exited with status %d, but the "
 			     "snapshot after it is missing", status);
 		return RUN_FAILED;

@@ -42,8 +42,8 @@
 #include <sys/vfs.h>
 #include <sys/wait.h>
 #include "nextfs/holder.h"
+#include "nextfs/safepath.h"
 #include "cli.h"
-#include "safepath.h"
 
 #define UMOUNT_DAEMON_FAILED	3
 
@@ -58,28 +58,6 @@ struct umount_ctx {
 	struct nx_holder_conn *conn;	/* NULL without a channel */
 	int verbose;
 };
-
-static void usage(FILE *out)
-{
-	fprintf(out,
-		"usage: nextfs umount [-v] MOUNTPOINT\n"
-		"\n"
-		"Unmount a nextfs-fuse mount and wait until the daemon has\n"
-		"written everything back and released the volume, so that the\n"
-		"next command (e2fsck, cp, losetup -d, another mount) finds it\n"
-		"complete and free.  Plain 'fusermount3 -u' returns before\n"
-		"that.  As root it unmounts with umount(2), otherwise with\n"
-		"fusermount3 -u.  umount(8) runs it for mounts made through\n"
-		"mount(8) (it is /sbin/umount.nextfs).\n"
-		"\n"
-		"  -v       say what happens\n"
-		"  -n, -t TYPE  accepted and ignored (umount helper arguments)\n"
-		"\n"
-		"Exit status: 0 unmounted, written back and released; 1 nothing\n"
-		"unmounted (not mounted, busy, not a nextfs mount); 2 usage;\n"
-		"3 unmounted, but nextfs-fuse reported an error or ended without\n"
-		"a word (its message is printed).\n");
-}
 
 /*
  * The mount point as mountinfo spells it.  A dead FUSE mount (ENOTCONN)
@@ -310,52 +288,15 @@ static int wait_for_lock(struct umount_ctx *u, int was_dead)
 	return NX_CLI_OK;
 }
 
-static int parse_args(int argc, char **argv, struct umount_ctx *u,
-		      const char **target)
+int nx_cmd_umount(struct nx_cli_args *a)
 {
-	int i;
-
-	*target = NULL;
-	for (i = 1; i < argc; i++) {
-		if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-			usage(stdout);
-			return NX_CLI_OK;
-		} else if (!strcmp(argv[i], "-v")) {
-			u->verbose = 1;
-		} else if (!strcmp(argv[i], "-n")) {
-			;	/* no mtab to update */
-		} else if (!strcmp(argv[i], "-t") && i + 1 < argc) {
-			i++;	/* the helper's own type */
-		} else if (argv[i][0] == '-' && argv[i][1]) {
-			nx_cli_error("umount: unknown option '%s' (a lazy or "
-				     "forced unmount cannot wait for the "
-				     "daemon)", argv[i]);
-			return NX_CLI_USAGE;
-		} else if (!*target) {
-			*target = argv[i];
-		} else {
-			nx_cli_error("umount: one mount point at a time");
-			return NX_CLI_USAGE;
-		}
-	}
-	if (!*target) {
-		usage(stderr);
-		return NX_CLI_USAGE;
-	}
-	return -1;
-}
-
-int nx_cmd_umount(int argc, char **argv)
-{
+	const char *target = a->pos[0];
 	struct umount_ctx u;
-	const char *target;
 	struct statfs sfs;
 	int ret, e, dead = 0;
 
 	memset(&u, 0, sizeof(u));
-	ret = parse_args(argc, argv, &u, &target);
-	if (ret >= 0)
-		return ret;
+	u.verbose = a->opt[NX_OPT_VERBOSE];
 	e = mount_path(target, u.path);
 	if (e) {
 		nx_cli_error("%s: %s", target, strerror(e));

@@ -46,10 +46,10 @@
 #include <sys/xattr.h>
 #include <sys/ioctl.h>
 #include "nextfs/nxioctl.h"
+#include "nextfs/safepath.h"
 #include "nextfs/snapshot.h"
 #include "cli.h"
 #include "output.h"
-#include "safepath.h"
 
 /* One place the file is found: a snapshot (snap >= 0) or the live tree. */
 struct occ {
@@ -78,25 +78,6 @@ struct history {
 };
 
 #define TEMP_PREFIX	".nextfs-restore."
-
-static void versions_usage(FILE *out)
-{
-	fprintf(out,
-		"usage: nextfs versions [--json] PATH\n"
-		"       nextfs versions PATH [--restore NAME [--to DEST]]\n"
-		"\n"
-		"List the distinct versions of PATH (a file, symlink or directory\n"
-		"on a nextfs-fuse mount; it may be gone from the live tree) in the\n"
-		"snapshots and the live tree, oldest first: one line per distinct\n"
-		"size, mtime and content, with the snapshots that hold it ('(live)':\n"
-		"the live tree).  --restore copies the version snapshot NAME holds\n"
-		"(data, mode, owner where permitted, times, xattrs) to DEST\n"
-		"(default: PATH), replacing it atomically; the snapshot is only\n"
-		"read.  DEST an existing directory: into it.  Directories are not\n"
-		"restored (copy them with cp -a from MNT/.snapshots/NAME).\n"
-		"No symbolic link below the mountpoint is followed in PATH or DEST,\n"
-		"nor another user's anywhere, nor any inside a snapshot.\n");
-}
 
 /* Where REL is in snapshot SNAP (NULL: the live tree), below the root. */
 static char *rel_in(const char *snap, const char *rel)
@@ -403,20 +384,13 @@ static int copy_data(int in, int fd, off_t size)
 				hole = size;
 		}
 		for (pos = data; pos < hole;) {
-			ssize_t n = pread(in, buf, sizeof(buf), pos), w;
+			ssize_t n = pread(in, buf, sizeof(buf), pos);
 
-			if (n < 0)
+			if (n < 0 || (n && nx_cli_pwrite_all(fd, buf, (size_t)n,
+							     pos)))
 				return -1;
 			if (n == 0)
 				break;
-			for (w = 0; w < n;) {
-				ssize_t k = pwrite(fd, buf + w, n - w,
-						   pos + w);
-
-				if (k < 0)
-					return -1;
-				w += k;
-			}
 			pos += n;
 		}
 		if (pos < hole)
@@ -654,66 +628,19 @@ out:
 
 /* ------------------------------------------------------------------ */
 
-/* "--opt VALUE" or "--opt=VALUE" at ARGV[*I]; NULL if not OPT. */
-static const char *opt_value(int argc, char **argv, int *i, const char *opt,
-			     int *missing)
+int nx_cmd_versions(struct nx_cli_args *a)
 {
-	size_t n = strlen(opt);
-
-	if (strncmp(argv[*i], opt, n))
-		return NULL;
-	if (argv[*i][n] == '=')
-		return argv[*i] + n + 1;
-	if (argv[*i][n])
-		return NULL;
-	if (*i + 1 >= argc) {
-		*missing = 1;
-		return NULL;
-	}
-	return argv[++*i];
-}
-
-int nx_cmd_versions(int argc, char **argv)
-{
-	const char *path = NULL, *restore = NULL, *to = NULL, *v;
-	int i, json = 0, done = 0, missing = 0, rc;
+	const char *path = a->pos[0], *restore = a->val[NX_OPT_RESTORE];
 	struct history h;
+	int rc;
 
-	for (i = 1; i < argc; i++) {
-		if (done || argv[i][0] != '-' || !argv[i][1]) {
-			if (path) {
-				nx_cli_error("versions: one PATH only");
-				return NX_CLI_USAGE;
-			}
-			path = argv[i];
-		} else if (!strcmp(argv[i], "--")) {
-			done = 1;
-		} else if (!strcmp(argv[i], "-h") ||
-			   !strcmp(argv[i], "--help")) {
-			versions_usage(stdout);
-			return NX_CLI_OK;
-		} else if (!strcmp(argv[i], "--json")) {
-			json = 1;
-		} else if ((v = opt_value(argc, argv, &i, "--restore",
-					  &missing))) {
-			restore = v;
-		} else if ((v = opt_value(argc, argv, &i, "--to",
-					  &missing))) {
-			to = v;
-		} else {
-			nx_cli_error(missing ? "versions: '%s' needs a value" :
-				     "versions: unknown option '%s' (a name "
-				     "that starts with '-' goes after '--')",
-				     argv[i]);
-			return NX_CLI_USAGE;
-		}
-	}
-	if (!path || (to && !restore) || (json && restore)) {
-		versions_usage(stderr);
-		return NX_CLI_USAGE;
-	}
+	if (a->val[NX_OPT_TO] && !restore)
+		return nx_cli_usage_error(a, "--to goes with --restore");
+	if (a->opt[NX_OPT_JSON] && restore)
+		return nx_cli_usage_error(a, "--json lists, --restore "
+					  "restores: one or the other");
 	if (restore)
-		return restore_version(path, restore, to);
+		return restore_version(path, restore, a->val[NX_OPT_TO]);
 	rc = history_get(path, &h);
 	if (!rc && !h.found) {
 		nx_cli_error("%s: in no snapshot and not in the live tree",
@@ -721,7 +648,7 @@ int nx_cmd_versions(int argc, char **argv)
 		rc = NX_CLI_FAIL;
 	}
 	if (!rc) {
-		if (json)
+		if (a->opt[NX_OPT_JSON])
 			print_json(&h);
 		else
 			print_text(&h);

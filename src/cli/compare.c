@@ -12,8 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include "nextfs/safepath.h"
 #include "cli.h"
-#include "safepath.h"
 
 #define CHUNK	65536
 

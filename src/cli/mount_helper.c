@@ -16,10 +16,13 @@
  * For a "user" fstab line mount(8) runs the helper as the calling user,
  * without privileges: nextfs-fuse then mounts with fusermount3, as when
  * that user runs it.  The daemon is the nextfs-fuse next to this program
- * (/proc/self/exe), so a build tree's helper starts the build's daemon.
+ * (/proc/self/exe), or in a build tree the build's (daemon_path).
  *
  * After a mount we record "helper=nextfs" for it in libmount's utab
- * (/run/mount/utab, as root; skipped with -n).  Without an utab entry,
+ * (/run/mount/utab, as root; skipped with -n), under the source and
+ * mountpoint mountinfo lists for the mount that serves SOURCE: nextfs-fuse
+ * resolved both paths itself (docs/paths.md), and a name resolved again
+ * here could lead elsewhere by now.  Without an utab entry,
  * umount(8) of util-linux 2.38 takes the type from statfs(2), which says
  * plain "fuse", and runs no helper: it would return before the daemon
  * has written the volume back.  With it umount(8) reads mountinfo and runs
@@ -88,87 +91,43 @@ static void filter_options(const char *opts, char *out)
 	}
 }
 
-/* The nextfs-fuse installed beside this program, else PATH's. */
+/*
+ * The nextfs-fuse installed beside this program, else the one of the
+ * build tree this program belongs to (src/cli/nextfs: src/fuse/nextfs-fuse),
+ * else PATH's.
+ */
 static void daemon_path(char *out, size_t len)
 {
-	char self[PATH_MAX], *slash;
+	static const char *const where[] = { "nextfs-fuse",
+					     "../fuse/nextfs-fuse" };
+	char self[PATH_MAX], *slash = NULL, *real;
 	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	size_t i;
 
 	if (n > 0) {
 		self[n] = 0;
 		slash = strrchr(self, '/');
-		if (slash) {
-			*slash = 0;
-			if (snprintf(out, len, "%s/nextfs-fuse", self) <
-			    (int)len && access(out, X_OK) == 0)
-				return;
+	}
+	if (slash) {
+		*slash = 0;
+		for (i = 0; i < sizeof(where) / sizeof(where[0]); i++) {
+			if (snprintf(out, len, "%s/%s", self, where[i]) >=
+			    (int)len || access(out, X_OK) != 0)
+				continue;
+			real = realpath(out, NULL);	/* as -v prints it */
+			if (real && strlen(real) < len)
+				strcpy(out, real);
+			free(real);
+			return;
 		}
 	}
 	snprintf(out, len, "nextfs-fuse");
-}
-
-static void helper_usage(FILE *out, const char *prog)
-{
-	fprintf(out,
-		"usage: %s SOURCE MOUNTPOINT [-sfnv] [-o OPTIONS] [-t TYPE]\n"
-		"\n"
-		"mount(8)'s helper for nextfs: starts nextfs-fuse SOURCE\n"
-		"MOUNTPOINT with OPTIONS, less those meant for mount(8) and\n"
-		"systemd only (defaults, auto, noauto, nofail, _netdev, user,\n"
-		"users, nouser, owner, group, user=, comment=, x-*, X-*).\n"
-		"  -f  do everything but mount    -v  print the command\n"
-		"  -s, -n, -t TYPE  accepted and ignored\n", prog);
 }
 
 struct helper_args {
 	const char *source, *mountpoint, *options;
 	int fake, verbose, nomtab;
 };
-
-/* NX_CLI_OK, NX_CLI_USAGE (reported), or -1: go on. */
-static int parse_helper_args(int argc, char **argv, struct helper_args *h)
-{
-	const char *a;
-	int i;
-
-	for (i = 1; i < argc; i++) {
-		a = argv[i];
-		if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-			helper_usage(stdout, argv[0]);
-			return NX_CLI_OK;
-		} else if ((!strcmp(a, "-o") || !strcmp(a, "-t") ||
-			    !strcmp(a, "-N")) && i + 1 < argc) {
-			if (a[1] == 'N') {
-				nx_cli_error("%s: -N (another mount namespace) "
-					     "is not supported", argv[0]);
-				return NX_CLI_USAGE;
-			}
-			if (a[1] == 'o')
-				h->options = argv[i + 1];
-			i++;
-		} else if (a[0] == '-' && a[1] &&
-			   strspn(a + 1, "sfnv") == strlen(a + 1)) {
-			h->fake |= strchr(a, 'f') != NULL;
-			h->nomtab |= strchr(a, 'n') != NULL;
-			h->verbose |= strchr(a, 'v') != NULL;
-		} else if (a[0] == '-' && a[1]) {
-			nx_cli_error("%s: unknown option '%s'", argv[0], a);
-			return NX_CLI_USAGE;
-		} else if (!h->source) {
-			h->source = a;
-		} else if (!h->mountpoint) {
-			h->mountpoint = a;
-		} else {
-			nx_cli_error("%s: unexpected argument '%s'", argv[0], a);
-			return NX_CLI_USAGE;
-		}
-	}
-	if (!h->mountpoint) {
-		helper_usage(stderr, argv[0]);
-		return NX_CLI_USAGE;
-	}
-	return -1;
-}
 
 /* Start nextfs-fuse; its exit status (it returns once mounted). */
 static int run_daemon(const char *prog, char **dargv)
@@ -209,9 +168,8 @@ static void record_umount_helper(const struct helper_args *h)
 {
 	struct libmnt_update *upd = mnt_new_update();
 	struct libmnt_fs *fs = mnt_new_fs();
-	char *src = realpath(h->source, NULL);
-	char *tgt = realpath(h->mountpoint, NULL);
-	int rc = -ENOMEM;
+	char *src = NULL, *tgt = nx_cli_find_mount(h->source, &src);
+	int rc = tgt ? -ENOMEM : -ENOENT;
 
 	if (upd && fs && src && tgt && !mnt_fs_set_source(fs, src) &&
 	    !mnt_fs_set_target(fs, tgt) &&
@@ -231,17 +189,23 @@ static void record_umount_helper(const struct helper_args *h)
 	mnt_free_update(upd);
 }
 
-int nx_mount_helper(int argc, char **argv)
+int nx_cmd_mount_helper(struct nx_cli_args *a)
 {
-	struct helper_args h;
+	struct helper_args h = {
+		.source = a->pos[0],
+		.mountpoint = a->pos[1],
+		.options = a->val[NX_OPT_MOUNT_OPTIONS],
+		.fake = a->opt[NX_OPT_FAKE],
+		.verbose = a->opt[NX_OPT_VERBOSE],
+		.nomtab = a->opt[NX_OPT_NOMTAB],
+	};
 	char daemon[PATH_MAX], *opts = NULL;
 	char *dargv[6];
 	int ret, n = 0;
 
-	memset(&h, 0, sizeof(h));
-	ret = parse_helper_args(argc, argv, &h);
-	if (ret >= 0)
-		return ret;
+	if (a->opt[NX_OPT_NAMESPACE])
+		return nx_cli_usage_error(a, "-N (another mount namespace) is "
+					  "not supported");
 	daemon_path(daemon, sizeof(daemon));
 	dargv[n++] = daemon;
 	if (h.options) {
@@ -274,3 +238,5 @@ int nx_mount_helper(int argc, char **argv)
 	free(opts);
 	return ret;
 }
+
+/* Run as mount.nextfs: messages and the usage name it by ARGV[0]. */

@@ -7,12 +7,34 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
+#include <sys/stat.h>
+#include <et/com_err.h>
+#include "nextfs/safepath.h"
 #include "nextfs/snapshot.h"
 #include "cli.h"
-#include "safepath.h"
+
+int nx_cli_target_open(const char *target, int flags,
+		       struct nx_cli_target *t)
+{
+	return nx_cli_open_target(target, flags, &t->vol, &t->mnt);
+}
+
+int nx_cli_target_close(struct nx_cli_target *t)
+{
+	errcode_t err = t->vol ? nx_volume_close(t->vol) : 0;
+
+	free(t->mnt);
+	t->mnt = NULL;
+	t->vol = NULL;
+	if (err) {
+		nx_cli_error("closing the volume: %s", error_message(err));
+		return NX_CLI_FAIL;
+	}
+	return 0;
+}
 
 /*
  * Dirty pages of files mapped with mmap (written, not msync'ed) are still

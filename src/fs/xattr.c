@@ -891,6 +891,24 @@ errcode_t nx_acl_chmod(struct nx_volume *vol, ext2_ino_t ino, mode_t mode)
 	return err;
 }
 
+/* Remove NAME from INO's xattrs (ENODATA if absent). */
+static errcode_t raw_remove(ext2_filsys fs, ext2_ino_t ino, const char *name)
+{
+	struct ext2_xattr_handle *h;
+	errcode_t err = xattrs_load(fs, ino, &h);
+
+	if (err == EXT2_ET_MISSING_EA_FEATURE)
+		return ENODATA;
+	if (err)
+		return err;
+	if (!raw_exists(h, name, &err) && !err)
+		err = ENODATA;
+	if (!err)
+		err = ext2fs_xattr_remove(h, name);
+	ext2fs_xattrs_close(&h);
+	return err;
+}
+
 /* ---- the xattr calls ------------------------------------------------ */
 
 errcode_t nx_getxattr(struct nx_volume *vol, const struct nx_cred *cred,
@@ -1028,7 +1046,6 @@ errcode_t nx_removexattr(struct nx_volume *vol, const struct nx_cred *cred,
 			 ext2_ino_t ino, const char *name)
 {
 	struct ext2_inode_large inode;
-	struct ext2_xattr_handle *h;
 	enum xattr_ns ns;
 	errcode_t err;
 
@@ -1042,20 +1059,96 @@ errcode_t nx_removexattr(struct nx_volume *vol, const struct nx_cred *cred,
 	if (is_acl_ns(ns))
 		return acl_set(vol, cred, ino, &inode, ns, NULL, 0);
 	err = may_write(cred, &inode, name, ns);
+	if (!err)
+		err = raw_remove(vol->fs, ino, name);
 	if (err)
 		return err;
+	return stamp_change(vol, ino, NULL);
+}
 
+/* ---- nextfs's own records (xattr.h) --------------------------------- */
+
+static int is_private_name(const char *name)
+{
+	return strncmp(name, NX_XATTR_PRIVATE, strlen(NX_XATTR_PRIVATE)) == 0 &&
+	       strlen(name) > strlen(NX_XATTR_PRIVATE) &&
+	       strlen(name) <= NX_XATTR_NAME_MAX;
+}
+
+errcode_t nx_xattr_private_get(struct nx_volume *vol, ext2_ino_t ino,
+			       const char *name, void **value, size_t *len)
+{
+	struct ext2_xattr_handle *h;
+	void *raw = NULL;
+	errcode_t err;
+
+	*value = NULL;
+	*len = 0;
+	if (!is_private_name(name))
+		return EINVAL;
 	err = xattrs_load(vol->fs, ino, &h);
 	if (err == EXT2_ET_MISSING_EA_FEATURE)
 		return ENODATA;
 	if (err)
 		return err;
-	if (!raw_exists(h, name, &err) && !err)
-		err = ENODATA;
-	if (!err)
-		err = ext2fs_xattr_remove(h, name);
+	err = raw_get(h, name, &raw, len);
 	ext2fs_xattrs_close(&h);
 	if (err)
 		return err;
-	return stamp_change(vol, ino, NULL);
+	*value = malloc(*len ? *len : 1);
+	if (!*value)
+		err = ENOMEM;
+	else if (*len)
+		memcpy(*value, raw, *len);
+	ext2fs_free_mem(&raw);
+	return err;
+}
+
+/* After a change: give back an external block left empty (no ctime). */
+static errcode_t private_written(struct nx_volume *vol, ext2_ino_t ino)
+{
+	struct ext2_inode_large inode;
+	blk64_t before;
+	errcode_t err = nx_inode_read(vol, ino, &inode);
+
+	if (err)
+		return err;
+	before = ext2fs_file_acl_block(vol->fs, (struct ext2_inode *)&inode);
+	err = drop_empty_ea_block(vol->fs, ino, &inode);
+	if (!err && before != ext2fs_file_acl_block(vol->fs,
+					(struct ext2_inode *)&inode))
+		err = nx_inode_write(vol, ino, &inode);
+	return err;
+}
+
+errcode_t nx_xattr_private_set(struct nx_volume *vol, ext2_ino_t ino,
+			       const char *name, const void *value,
+			       size_t len)
+{
+	struct ext2_xattr_handle *h;
+	errcode_t err;
+
+	if (nx_volume_rdonly(vol))
+		return EROFS;
+	if (!is_private_name(name) || len > NX_XATTR_SIZE_MAX)
+		return EINVAL;
+	err = xattrs_load_for_write(vol->fs, ino, &h);
+	if (err)
+		return err;
+	err = raw_set(h, name, value, len);
+	ext2fs_xattrs_close(&h);
+	return err ? err : private_written(vol, ino);
+}
+
+errcode_t nx_xattr_private_remove(struct nx_volume *vol, ext2_ino_t ino,
+				  const char *name)
+{
+	errcode_t err;
+
+	if (nx_volume_rdonly(vol))
+		return EROFS;
+	if (!is_private_name(name))
+		return EINVAL;
+	err = raw_remove(vol->fs, ino, name);
+	return err ? err : private_written(vol, ino);
 }

@@ -74,12 +74,67 @@ errcode_t nx_fuse_snap_delete(struct nx_fuse *live, const char *name);
 void nx_fuse_snapdir_changed(struct nx_fuse *live, const char *gone);
 
 /*
+ * snap_ops.c: the attributes of .snapshots (owned like "/", the newest
+ * take as mtime; no I/O beyond the root inode).
+ */
+void nx_fuse_snapdir_stat(struct nx_fuse *live, struct stat *st);
+
+/*
+ * snap_ops.c: a directory that lists one entry per snapshot, under its
+ * name, oldest first (.snapshots, and the image directory of
+ * image_ops.c): readdir(plus) of it, entries without attributes, cookies
+ * 2 + id (a take or delete between two calls neither skips nor repeats
+ * a name).  Each entry's st_ino is what its snapshot numbers inode INO:
+ * nx_fuse_snap_st_ino().
+ */
+struct nx_snap_listing {
+	uint64_t dot_ino;		/* st_ino of the directory itself */
+	mode_t mode;			/* of every entry */
+	ext2_ino_t ino;			/* each entry is this inode ... */
+	int prefetch;			/* ... of a view: open them in a batch */
+};
+void nx_fuse_list_snapshots(fuse_req_t req, size_t size, off_t off, int plus,
+			    const struct nx_snap_listing *how);
+uint64_t nx_fuse_snap_st_ino(const struct nx_fuse *live, uint32_t id,
+			     ext2_ino_t ino);
+
+/*
+ * fuse_ops.c: reply to a read planned in RD (file.h) after
+ * nx_volume_unlock_sharing(): the planned device ranges spliced into the
+ * reply where possible (zero copy), else read into BUF; GOT bytes.  Ends
+ * the share either way.
+ */
+struct nx_file_rd;
+void nx_fuse_reply_planned(fuse_req_t req, char *buf, size_t got,
+			   struct nx_file_rd *rd);
+
+/*
  * fuse_ioctl.c: FS_IOC_GETFLAGS/SETFLAGS and FSGETXATTR/FSSETXATTR
  * (chattr, lsattr), FS_IOC_GETVERSION, and NX_IOC_GET_MTIME (nxioctl.h).
  * Anything else is ENOTTY.
  */
+/*
+ * delta_ops.c: NX_IOC_DELTA_START (live volume locked) and
+ * NX_IOC_DELTA_READ (replies itself; no volume lock needed).
+ */
+errcode_t nx_fuse_delta_start(fuse_req_t req, struct nx_fuse *live,
+			      const struct nx_cred *cred, const void *in,
+			      size_t in_size, void *out, size_t *out_size);
+void nx_fuse_delta_read(fuse_req_t req, const void *in, size_t in_size,
+			size_t out_bufsz);
+
 void nx_fuse_ioctl(fuse_req_t req, fuse_ino_t nodeid, unsigned int cmd,
 		   void *arg, struct fuse_file_info *fi, unsigned flags,
 		   const void *in_buf, size_t in_bufsz, size_t out_bufsz);
+
+/*
+ * recv_ioctl.c: the NX_IOC_RECV_* ioctls ("nextfs receive" into the
+ * mount).  nx_fuse_recv_ioctl() answers CMD and returns 1 if it is one
+ * of them, else 0.  nx_fuse_recv_shutdown(): at unmount, stop a receive
+ * still running (its cursor stays) and free it.
+ */
+int nx_fuse_recv_ioctl(fuse_req_t req, fuse_ino_t nodeid, unsigned int cmd,
+		       const void *in, size_t in_size, size_t out_size);
+void nx_fuse_recv_shutdown(struct nx_fuse *live);
 
 #endif

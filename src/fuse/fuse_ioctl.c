@@ -3,9 +3,10 @@
  * (chattr/lsattr through FS_IOC_GETFLAGS/SETFLAGS and the fileattr pair
  * FS_IOC_FSGETXATTR/FSSETXATTR), the generation number, and nextfs's own
  * (nxioctl.h): the real mtime, the inode numbering of a tree, the
- * snapshot list and the volume's superblock.  Like every operation, each
- * runs under the volume lock and replies after it is dropped
- * (NX_IOC_GET_OPSTATS needs no lock: the counters are atomic).
+ * snapshot list and identities, the volume's superblock and the delta of
+ * two trees (delta_ops.c; the receive ioctls are recv_ioctl.c's).  Like
+ * every operation, each runs under the volume lock and replies after it
+ * is dropped (NX_IOC_GET_OPSTATS needs no lock: the counters are atomic).
  */
 #include "fuse_internal.h"
 
@@ -220,6 +221,29 @@ static errcode_t ioctl_snap_next(struct nx_fuse *live, const void *in,
 	return 0;
 }
 
+/* NX_IOC_SNAP_IDENTITY: what "nextfs send" names snapshot ID by. */
+static errcode_t ioctl_snap_identity(struct nx_fuse *live, const void *in,
+				     size_t in_size, void *out,
+				     size_t *out_size)
+{
+	struct nx_ioc_snap_identity q;
+	struct nx_snapinfo info;
+	errcode_t err;
+
+	if (in_size < sizeof(q) || *out_size < sizeof(q))
+		return EINVAL;
+	memcpy(&q, in, sizeof(q));
+	if (nx_snap_find_id(live->vol, q.id, &info))
+		return ENOENT;
+	err = nx_snap_identity(live->vol, &info, q.uuid, &q.ctransid);
+	if (err)
+		return err;
+	q.pad = 0;
+	memcpy(out, &q, sizeof(q));
+	*out_size = sizeof(q);
+	return 0;
+}
+
 /*
  * What any user of the mount may know of the superblock: what statfs
  * gives (sizes, counts, the root reserve, and the COW reserve it takes
@@ -305,7 +329,9 @@ void nx_fuse_ioctl(fuse_req_t req, fuse_ino_t nodeid, unsigned int cmd,
 		struct nx_ioc_time time;
 		struct nx_ioc_inomap map;
 		struct nx_ioc_snap snap;
+		struct nx_ioc_snap_identity ident;
 		struct nx_ioc_volinfo vol;
+		struct nx_ioc_delta_start delta;
 	} out;
 	size_t out_size = out_bufsz < sizeof(out) ? out_bufsz : sizeof(out);
 	struct nx_cred cred;
@@ -319,6 +345,12 @@ void nx_fuse_ioctl(fuse_req_t req, fuse_ino_t nodeid, unsigned int cmd,
 		reply_opstats(req, out_bufsz);
 		return;
 	}
+	if (cmd == NX_IOC_DELTA_READ) {	/* the session has its own lock */
+		nx_fuse_delta_read(req, in_buf, in_bufsz, out_bufsz);
+		return;
+	}
+	if (nx_fuse_recv_ioctl(req, nodeid, cmd, in_buf, in_bufsz, out_bufsz))
+		return;			/* recv_ioctl.c: "nextfs receive" */
 	get_cred(req, &cred);
 	nx_volume_lock(fs->vol);
 	switch (cmd) {
@@ -344,9 +376,17 @@ void nx_fuse_ioctl(fuse_req_t req, fuse_ino_t nodeid, unsigned int cmd,
 	case NX_IOC_SNAP_NEXT:
 		err = ioctl_snap_next(live, in_buf, in_bufsz, &out, &out_size);
 		break;
+	case NX_IOC_SNAP_IDENTITY:
+		err = ioctl_snap_identity(live, in_buf, in_bufsz, &out,
+					  &out_size);
+		break;
 	case NX_IOC_GET_VOLINFO:
 		err = ioctl_get_volinfo(live, sees_whole_super(req, &cred),
 					&out, &out_size);
+		break;
+	case NX_IOC_DELTA_START:
+		err = nx_fuse_delta_start(req, live, &cred, in_buf, in_bufsz,
+					  &out, &out_size);
 		break;
 	default:
 		err = ENOTTY;

@@ -10,7 +10,7 @@
 #include "nextfs/fuse_ops.h"
 
 #include <errno.h>
-#include <fcntl.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -18,9 +18,6 @@
 #include <string.h>
 #include <syslog.h>
 #include <unistd.h>
-#include <sys/stat.h>
-#include <sys/statfs.h>
-#include <sys/sysmacros.h>
 #include <et/com_err.h>
 #include "nextfs/holder.h"
 #include "nextfs/inode.h"
@@ -28,6 +25,7 @@
 #include "nextfs/periodic.h"
 #include "nextfs/perm.h"
 #include "nextfs/reserve.h"
+#include "nextfs/safepath.h"
 #include "nextfs/snapshot.h"
 
 static int log_to_syslog;
@@ -184,7 +182,7 @@ static void life_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
 		fuse_reply_none(req);
 		return;
 	}
-	nx_fuse_snap_ops.forget(req, ino, nlookup);
+	nx_fuse_image_ops.forget(req, ino, nlookup);
 	forget_end();
 }
 
@@ -195,7 +193,7 @@ static void life_forget_multi(fuse_req_t req, size_t count,
 		fuse_reply_none(req);
 		return;
 	}
-	nx_fuse_snap_ops.forget_multi(req, count, forgets);
+	nx_fuse_image_ops.forget_multi(req, count, forgets);
 	forget_end();
 }
 
@@ -208,13 +206,13 @@ static void life_destroy(void *userdata)
 	pthread_mutex_unlock(&life.mu);
 	nx_holder_finishing(life.holder);
 	stop_threads(userdata);
-	nx_fuse_snap_ops.destroy(userdata);
+	nx_fuse_image_ops.destroy(userdata);
 }
 
 /* What the session runs: the operations, with the gate around them. */
 static struct fuse_lowlevel_ops session_ops(void)
 {
-	struct fuse_lowlevel_ops ops = nx_fuse_snap_ops;
+	struct fuse_lowlevel_ops ops = nx_fuse_image_ops;
 
 	ops.forget = life_forget;
 	ops.forget_multi = life_forget_multi;
@@ -294,25 +292,30 @@ static void warn_if_root_not_writable(const struct nx_fuse *fs,
 	nx_volume_unlock(fs->vol);
 }
 
-#define FUSE_SUPER_MAGIC 0x65735546
-
-/* Write N to the readahead knob of the FUSE mount open at FD. */
-static int write_read_ahead(int fd, unsigned n)
+/*
+ * Write N to the readahead knob of the mount on the directory MOUNT_FD,
+ * held since its path was resolved: the mount is found from that
+ * directory (nx_sp_mount_over), never by its path, so a user who renames
+ * a directory of the path meanwhile can neither point this at another
+ * mount nor make it wait on a FUSE mount of theirs.  A fuseblk mount's
+ * knob is "MAJ:MIN-fuseblk" (MAJ:MIN alone is its device's own).
+ */
+static int write_read_ahead(int mount_fd, unsigned n)
 {
-	char path[128];
-	struct statfs sfs;
-	struct stat st;
+	char path[128], type[64];
+	unsigned maj, min;
 	FILE *f;
 	int ok;
 
-	if (fstatfs(fd, &sfs) != 0 || fstat(fd, &st) != 0)
+	if (mount_fd < 0 || nx_sp_mount_over(mount_fd, &maj, &min, type,
+					     sizeof(type)) != 0)
 		return 0;
-	if (sfs.f_type != FUSE_SUPER_MAGIC) {
+	if (strncmp(type, "fuse", 4)) {
 		errno = ENOTCONN;	/* unmounted meanwhile: not ours */
 		return 0;
 	}
-	snprintf(path, sizeof(path), "/sys/class/bdi/%u:%u/read_ahead_kb",
-		 major(st.st_dev), minor(st.st_dev));
+	snprintf(path, sizeof(path), "/sys/class/bdi/%u:%u%s/read_ahead_kb",
+		 maj, min, strncmp(type, "fuseblk", 7) ? "" : "-fuseblk");
 	f = fopen(path, "we");
 	ok = f && fprintf(f, "%u\n", n) > 0;
 	if (f && fclose(f) != 0)
@@ -321,32 +324,29 @@ static int write_read_ahead(int fd, unsigned n)
 }
 
 /*
- * Set the mount's readahead window (nx_fuse_config.read_ahead_kb).  The
- * kernel applies the INIT reply's max_readahead as a cap when it gets
- * the reply, so this must come after that: opening the mount point
- * waits for INIT to complete.  Hence a thread, started before the
- * request loop that answers INIT.
+ * Set the mount's readahead window (nx_fuse_config.read_ahead_kb), right
+ * after mounting, before the request loop answers INIT: the kernel caps
+ * the window with the INIT reply's max_readahead then, which nx_op_init
+ * makes at least as large (fuse_ops.c), so the window stays.  Files are
+ * opened only after INIT, with the window set.
  */
-static void *read_ahead_thread(void *arg)
+static void set_read_ahead(const struct nx_fuse_config *cfg)
 {
-	const struct nx_fuse_config *cfg = arg;
-	int fd, ok = 0;
-
-	fd = open(cfg->mountpoint, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd >= 0) {
-		ok = write_read_ahead(fd, cfg->read_ahead_kb);
-		close(fd);
-	}
+	if (!cfg->read_ahead_kb ||
+	    write_read_ahead(cfg->mount_fd, cfg->read_ahead_kb))
+		return;
 	/* Unprivileged mounts cannot: only say so when it was asked for. */
-	if (!ok && cfg->read_ahead_given)
+	if (cfg->read_ahead_given)
 		nx_err("cannot set read_ahead_kb=%u: %s", cfg->read_ahead_kb,
 		       strerror(errno));
-	return NULL;
 }
 
 /*
  * fuseblk: the kernel claims the device at mount, so ours must go first;
  * if the mount fails, ours comes back before anything more is written.
+ * The mount goes on MOUNT_NAME when there is one: the directory MOUNTPOINT
+ * was resolved to, not whatever its path leads to by now (and libfuse
+ * unmounts through the same name).
  */
 static int mount_session(struct fuse_session *se, struct nx_fuse *fs,
 			 const struct nx_fuse_config *cfg)
@@ -355,13 +355,33 @@ static int mount_session(struct fuse_session *se, struct nx_fuse *fs,
 
 	if (cfg->blkdev)
 		nx_volume_release_claim(fs->vol);
-	if (fuse_session_mount(se, cfg->mountpoint) == 0)
+	if (fuse_session_mount(se, cfg->mount_name ? cfg->mount_name :
+			       cfg->mountpoint) == 0)
 		return 0;
 	if (cfg->blkdev && nx_volume_reclaim(fs->vol, msg, sizeof(msg)))
 		nx_err("%s", msg);
 	else
 		nx_err("cannot mount %s on %s", cfg->device, cfg->mountpoint);
 	return -1;
+}
+
+/*
+ * Where the mount is now, as mountinfo spells it, for the status channel
+ * (holder.h): where the directory it went on is (readlink of MOUNT_NAME,
+ * when that is /proc/self/fd/N: renamed meanwhile, it took the mount
+ * along), else MOUNTPOINT.  Malloced, or NULL.
+ */
+static char *mounted_at(const struct nx_fuse_config *cfg)
+{
+	char buf[PATH_MAX];
+	ssize_t n = -1;
+
+	if (cfg->mount_name && !strncmp(cfg->mount_name, "/proc/self/fd/", 14))
+		n = readlink(cfg->mount_name, buf, sizeof(buf) - 1);
+	if (n <= 0 || buf[0] != '/')
+		return strdup(cfg->mountpoint);
+	buf[n] = 0;
+	return strdup(buf);
 }
 
 /*
@@ -393,14 +413,14 @@ int nx_fuse_main(const struct nx_fuse_config *cfg)
 	struct nx_fuse fs;
 	struct fuse_session *se = NULL;
 	int status = NX_EXIT_USAGE, mounted = 0, handlers = 0, ret;
-	pthread_t ra_thread;
-	int ra_started = 0;
+	char *where;
 	errcode_t err;
 
 	memset(&fs, 0, sizeof(fs));
 	fs.timeout = NX_FUSE_TIMEOUT;
 	nx_idmap_init(&fs.idmap, cfg->fakeroot);
 	fs.ino32 = cfg->ino32;
+	fs.read_ahead_kb = cfg->read_ahead_kb;
 	fs.snap_group_set = cfg->snapshot_group;
 	fs.snap_group = cfg->snapshot_gid;
 	fuse_set_log_func(nx_log);
@@ -432,7 +452,11 @@ int nx_fuse_main(const struct nx_fuse_config *cfg)
 	if (mount_session(se, &fs, cfg) != 0)
 		goto out;
 	mounted = 1;
-	life.holder = nx_holder_start(cfg->device, cfg->mountpoint);
+	set_read_ahead(cfg);
+	where = mounted_at(cfg);
+	life.holder = nx_holder_start(cfg->device, where ? where :
+				      cfg->mountpoint);
+	free(where);
 	if (fuse_daemonize(cfg->foreground) != 0) {
 		nx_err("cannot go to the background");
 		goto out;
@@ -444,10 +468,6 @@ int nx_fuse_main(const struct nx_fuse_config *cfg)
 		nx_err("cannot answer on the status channel; nextfs umount "
 		       "will wait for the volume lock instead");
 	start_threads(&fs, cfg);
-	if (cfg->read_ahead_kb &&
-	    pthread_create(&ra_thread, NULL, read_ahead_thread,
-			   (void *)cfg) == 0)
-		ra_started = 1;
 	ret = run_loop(se, cfg->singlethread);
 	nx_holder_finishing(life.holder);
 	last_error[0] = 0;	/* only what goes wrong from here is news */
@@ -471,9 +491,6 @@ out:
 			fuse_remove_signal_handlers(se);
 		fuse_session_destroy(se);	/* runs destroy: closes */
 	}
-	/* Waits at most until the connection is gone, as it is now. */
-	if (ra_started)
-		pthread_join(ra_thread, NULL);
 	err = close_volume(&fs);
 	if (err) {
 		nx_err("%s: error writing the volume back: %s", cfg->device,

@@ -231,6 +231,12 @@ static void nx_op_init(void *userdata, struct fuse_conn_info *conn)
 	conn->max_read = fs->max_read;	/* as fuse_main.c mounted it */
 	if (conn->max_readahead > NX_MAX_READAHEAD)
 		conn->max_readahead = NX_MAX_READAHEAD;
+	/*
+	 * The kernel keeps the smaller of the window fuse_main.c set through
+	 * sysfs before INIT and this: keep that window (it offers 128 KiB).
+	 */
+	if (conn->max_readahead < fs->read_ahead_kb << 10)
+		conn->max_readahead = fs->read_ahead_kb << 10;
 	/* Nanoseconds only where inodes have the *_extra fields. */
 	conn->time_gran = EXT2_INODE_SIZE(fs->vol->fs->super) >
 			  EXT2_GOOD_OLD_INODE_SIZE ? 1 : 1000000000;
@@ -247,6 +253,7 @@ static void nx_op_destroy(void *userdata)
 
 	if (!fs->vol)
 		return;
+	nx_fuse_recv_shutdown(fs);	/* a receive still running stops */
 	nx_volume_lock(fs->vol);
 	err = nx_nodes_release_all(fs->nodes, fs->vol);
 	nx_volume_unlock(fs->vol);
@@ -1018,17 +1025,25 @@ static void nx_op_read(fuse_req_t req, fuse_ino_t nodeid, size_t size,
 		goto out;
 	}
 	nx_volume_unlock_sharing(fs->vol);
-	if (rd.n && reply_read_spliced(req, buf, got, &rd) == 0) {
-		nx_file_read_drop(&rd);
-		goto out;
+	nx_fuse_reply_planned(req, buf, got, &rd);
+out:
+	free(buf);
+}
+
+void nx_fuse_reply_planned(fuse_req_t req, char *buf, size_t got,
+			   struct nx_file_rd *rd)
+{
+	errcode_t err;
+
+	if (rd->n && reply_read_spliced(req, buf, got, rd) == 0) {
+		nx_file_read_drop(rd);
+		return;
 	}
-	err = nx_file_read_end(&rd);
+	err = nx_file_read_end(rd);
 	if (err)
 		reply_err(req, err);
 	else
 		fuse_reply_buf(req, buf, got);
-out:
-	free(buf);
 }
 
 static void nx_op_write(fuse_req_t req, fuse_ino_t nodeid, const char *buf,
@@ -1239,6 +1254,47 @@ static size_t add_plus_entry(struct dirbuf *db, const char *name,
 				      &e, (off_t)next);
 }
 
+/*
+ * The virtual .snapshots and .snapshot-images as entries of "/", at the
+ * position of the real .snapshots: both or, when the buffer cannot take
+ * both, neither (the kernel asks again from here), so that a listing
+ * never shows one without the other.  Each with the inode number it
+ * shows, and no node id.
+ */
+static int add_virtual_dirs(struct dirbuf *db, uint64_t next)
+{
+	static const struct {
+		const char *name;
+		uint64_t st_ino;
+	} dirs[] = {
+		{ NX_SNAPDIR_NAME, NX_SNAPDIR_STINO },
+		{ NX_IMGDIR_NAME, NX_IMGDIR_STINO },
+	};
+	size_t i, need = 0, len;
+	struct stat st;
+
+	for (i = 0; i < 2; i++)
+		need += db->plus ?
+			fuse_add_direntry_plus(db->req, NULL, 0, dirs[i].name,
+					       NULL, 0) :
+			fuse_add_direntry(db->req, NULL, 0, dirs[i].name,
+					  NULL, 0);
+	if (need > db->size - db->used)
+		return 1;
+	for (i = 0; i < 2; i++) {
+		memset(&st, 0, sizeof(st));
+		st.st_ino = dirs[i].st_ino;
+		st.st_mode = S_IFDIR;
+		len = db->plus ?
+		      add_plus_entry(db, dirs[i].name, 0, &st, next) :
+		      fuse_add_direntry(db->req, db->buf + db->used,
+					db->size - db->used, dirs[i].name,
+					&st, (off_t)next);
+		db->used += len;
+	}
+	return 0;
+}
+
 static int fill_dir(void *priv, const char *name, size_t namelen,
 		    ext2_ino_t ino, unsigned char d_type, uint64_t next)
 {
@@ -1250,16 +1306,22 @@ static int fill_dir(void *priv, const char *name, size_t namelen,
 	if (namelen > NX_NAME_MAX)
 		return 0;	/* cannot be a valid name: skip it */
 	if (nx_fuse_hidden(db->dir, name, namelen)) {
-		if (!db->lists_snapdir)
+		/*
+		 * Hidden, but for the kernel's listing that reconnects a
+		 * handle (nx_op_opendir): there the real .snapshots stands
+		 * for the virtual directories.  Not a real .snapshot-images,
+		 * which is no .snapshots (and has no inode of its own here).
+		 */
+		if (!db->lists_snapdir ||
+		    namelen != strlen(NX_SNAPDIR_NAME) ||
+		    memcmp(name, NX_SNAPDIR_NAME, namelen))
 			return 0;
-		/* The virtual .snapshots, where the real one is. */
-		ino = 0;
-		d_type = DT_DIR;
+		return add_virtual_dirs(db, next);
 	}
 	memcpy(nm, name, namelen);
 	nm[namelen] = 0;
 	memset(&st, 0, sizeof(st));
-	st.st_ino = ino ? nx_fuse_st_ino(db->fs, ino) : NX_SNAPDIR_STINO;
+	st.st_ino = nx_fuse_st_ino(db->fs, ino);
 	/* A snapshot's "/" lives in .snapshots: its ".." is that. */
 	if (db->fs->space && db->dir == EXT2_ROOT_INO && !strcmp(nm, ".."))
 		st.st_ino = NX_SNAPDIR_STINO;

@@ -19,6 +19,7 @@
 #include "nextfs/dir.h"
 #include "nextfs/grow.h"
 #include "nextfs/inode.h"
+#include "nextfs/nxioctl.h"
 #include "nextfs/reserve.h"
 #include "nextfs/snapshot.h"
 #include "fuse_internal.h"
@@ -44,7 +45,13 @@ static int is_snapdir_name(fuse_ino_t parent, const char *name)
 
 int nx_fuse_hidden(ext2_ino_t dir, const char *name, size_t namelen)
 {
-	return dir == EXT2_ROOT_INO && namelen == strlen(SNAPDIR_NAME) &&
+	if (dir != EXT2_ROOT_INO)
+		return 0;
+	/* The live root's image directory takes that name (image_ops.c). */
+	if (!nx_fuse_current && namelen == strlen(NX_IMGDIR_NAME) &&
+	    !memcmp(name, NX_IMGDIR_NAME, namelen))
+		return 1;
+	return namelen == strlen(SNAPDIR_NAME) &&
 	       !memcmp(name, SNAPDIR_NAME, namelen);
 }
 
@@ -236,6 +243,11 @@ static void snapdir_stat(struct nx_fuse *live, struct stat *st)
 	st->st_ctim = st->st_mtim;
 }
 
+void nx_fuse_snapdir_stat(struct nx_fuse *live, struct stat *st)
+{
+	snapdir_stat(live, st);
+}
+
 static void reply_snapdir_entry(fuse_req_t req)
 {
 	struct fuse_entry_param e;
@@ -259,6 +271,7 @@ static void reply_snapdir_entry(fuse_req_t req)
 static void snapdir_changed(struct nx_fuse *live)
 {
 	invalidate_attrs(live, NX_SNAPDIR_NODEID);
+	nx_fuse_images_changed(live);
 }
 
 /* Entry for the root of snapshot NAME, counted in its view's node table. */
@@ -401,25 +414,38 @@ static void snapdir_listxattr(fuse_req_t req, size_t size)
 
 /* One entry into BUF; 0 when it does not fit. */
 static size_t snapdir_entry(fuse_req_t req, int plus, char *buf, size_t room,
-			    const char *name, uint64_t ino, off_t next)
+			    const char *name, mode_t mode, uint64_t ino,
+			    off_t next)
 {
 	struct fuse_entry_param e;
 	size_t len;
 
 	memset(&e, 0, sizeof(e));
-	e.attr.st_mode = S_IFDIR;
+	e.attr.st_mode = mode;
 	e.attr.st_ino = ino;
 	len = plus ? fuse_add_direntry_plus(req, buf, room, name, &e, next) :
 		     fuse_add_direntry(req, buf, room, name, &e.attr, next);
 	return len > room ? 0 : len;
 }
 
-static void snapdir_readdir(fuse_req_t req, size_t size, off_t off, int plus)
+uint64_t nx_fuse_snap_st_ino(const struct nx_fuse *live, uint32_t id,
+			     ext2_ino_t ino)
+{
+	struct nx_fuse view;
+
+	/* As the view numbers it, without opening the view. */
+	memset(&view, 0, sizeof(view));
+	view.ino32 = live->ino32;
+	view.ino_base = view_ino_base(live, id);
+	return nx_fuse_st_ino(&view, ino);
+}
+
+void nx_fuse_list_snapshots(fuse_req_t req, size_t size, off_t off, int plus,
+			    const struct nx_snap_listing *how)
 {
 	struct nx_fuse *live = live_fs(req);
 	char *buf = malloc(size ? size : 1);
 	struct nx_snapinfo info;
-	struct nx_fuse view;
 	size_t used = 0, len = 1;
 	int i;
 
@@ -429,31 +455,35 @@ static void snapdir_readdir(fuse_req_t req, size_t size, off_t off, int plus)
 	}
 	nx_volume_lock(live->vol);
 	/* "ls -l" looks up every entry next: one batch of reads, not N. */
-	if (off < 1)
+	if (off < 1 && how->prefetch)
 		nx_snap_prefetch_views(live->vol);
 	if (off < 1 && len)
 		used += len = snapdir_entry(req, plus, buf + used, size - used,
-					    ".", NX_SNAPDIR_STINO, 1);
+					    ".", S_IFDIR, how->dot_ino, 1);
 	if (off < 2 && len)
 		used += len = snapdir_entry(req, plus, buf + used, size - used,
-					    "..", nx_fuse_st_ino(live,
-								 EXT2_ROOT_INO),
-					    2);
+					    "..", S_IFDIR,
+					    nx_fuse_st_ino(live,
+							   EXT2_ROOT_INO), 2);
 	i = off < 2 ? 0 : nx_snap_seek_id(live->vol, (uint32_t)(off - 1));
-	/* Each root as its view numbers it, without opening the view. */
-	memset(&view, 0, sizeof(view));
-	view.ino32 = live->ino32;
-	for (; len && nx_snap_peek(live->vol, i, &info) == 0; i++) {
-		view.ino_base = view_ino_base(live, info.id);
+	for (; len && nx_snap_peek(live->vol, i, &info) == 0; i++)
 		used += len = snapdir_entry(req, plus, buf + used, size - used,
-					    info.name,
-					    nx_fuse_st_ino(&view,
-							   EXT2_ROOT_INO),
+					    info.name, how->mode,
+					    nx_fuse_snap_st_ino(live, info.id,
+								how->ino),
 					    SNAPDIR_COOKIE(info.id));
-	}
 	nx_volume_unlock(live->vol);
 	fuse_reply_buf(req, buf, used);
 	free(buf);
+}
+
+static void snapdir_readdir(fuse_req_t req, size_t size, off_t off, int plus)
+{
+	static const struct nx_snap_listing roots = {
+		NX_SNAPDIR_STINO, S_IFDIR, EXT2_ROOT_INO, 1
+	};
+
+	nx_fuse_list_snapshots(req, size, off, plus, &roots);
 }
 
 /* ------------------------------------------------------------------ */

@@ -27,6 +27,7 @@
 #include <sys/file.h>
 #include <et/com_err.h>
 #include "nextfs/blkio.h"
+#include "nextfs/devname.h"
 #include "nextfs/grow.h"
 #include "nextfs/open.h"
 #include "nextfs/sanity.h"
@@ -43,6 +44,7 @@ static errcode_t refuse_unreadable(struct nx_rawvol *raw, char *msg,
 				   size_t msglen)
 {
 	struct ext2_super_block *sb = raw->fs->super;
+	const char *path = nx_dev_path(raw->device);	/* the locked file */
 	int mflags = 0;
 
 	if (sb->s_feature_incompat & ~EXT2_LIB_FEATURE_INCOMPAT_SUPP) {
@@ -58,7 +60,7 @@ static errcode_t refuse_unreadable(struct nx_rawvol *raw, char *msg,
 	}
 	if (!raw->rw)
 		return 0;
-	if (!ext2fs_check_if_mounted(raw->device, &mflags) &&
+	if (path && !ext2fs_check_if_mounted(path, &mflags) &&
 	    (mflags & EXT2_MF_MOUNTED)) {
 		nx_set_msg(msg, msglen, "%s is mounted by the kernel; unmount it "
 			"first", raw->device);

@@ -1,28 +1,24 @@
 /*
- * diff.c - what changed between two snapshots, or a snapshot and the
- * live tree ("nextfs diff", like "zfs diff").
+ * diff.c - the block-map source of the classifier (delta.h): what changed
+ * between two snapshots, or a snapshot and the live tree, as the
+ * snapshots' block maps tell it ("nextfs diff", like "zfs diff", and the
+ * delta "nextfs send" streams).  Offline on an image, and in the daemon,
+ * which has the views open.
  *
- * The snapshots' block maps say what changed: a block that reads the same
- * physical block in both trees (nx_snap_resolve) is unchanged.  So:
+ * A block that reads the same physical block in both trees
+ * (nx_snap_resolve) is unchanged.  So:
  *  - an inode whose inode-table block resolves to the same physical block
  *    in both trees is unchanged, without reading it (every change of an
  *    inode, its data included, rewrites that block: data writes update
  *    mtime/ctime, and a preserved block is never overwritten in place);
  *  - a directory whose inode and blocks resolve the same lists the same
  *    entries;
- *  - a changed file's content is compared only where its block maps
- *    differ, byte by byte only for those blocks.
+ *  - a changed file's data differs at most where its block maps differ:
+ *    those are its changed extents, and bytes are compared only there.
  * ext4 keeps no parent pointer in a file's inode, so naming a changed
  * file still needs the directories: both trees are listed (directory
  * blocks only), but only entries of changed directories and entries for
- * changed inodes are remembered.
- *
- * Per inode the remembered locations (parent inode, name) on each side
- * decide: different identity (inode number reused: generation or type
- * differs) -> '-' for every old location, '+' for every new one; same
- * identity -> a location only on one side is '-' or '+', exactly one
- * on each side is a rename; changed content or attributes -> 'M' at the
- * new locations it kept or was renamed to.
+ * changed inodes are remembered (delta.c decides from them).
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -33,46 +29,31 @@
 #include <sys/stat.h>
 #include <et/com_err.h>
 #include "nextfs/snaptool.h"
+#include "nextfs/delta.h"
+#include "nextfs/inode.h"
 #include "nextfs/dir.h"
 #include "nextfs/grow.h"
 #include "snap_internal.h"
 
 struct side {
-	struct nx_volume *v;		/* a view (owned) or the live volume */
+	struct nx_volume *v;		/* a view (the store's) or the live volume */
 	ext2_filsys fs;
 	int idx;			/* snapshot index, -1 = live */
-	int owned;
-};
-
-struct loc {
-	ext2_ino_t parent;
-	char *name;
-	char *path;
-	mode_t type;
-	struct loc *next;
-};
-
-struct irec {
-	ext2_ino_t ino;
-	struct loc *locs[2];		/* [0] old, [1] new */
 };
 
 struct differ {
+	struct nx_delta_source src;	/* first: the source is the differ */
+	struct nx_delta_work *work;	/* while walking */
 	struct nx_volume *vol;
 	struct nx_snapstore *store;
 	struct side side[2];		/* [0] old, [1] new */
+	int full;			/* no old side: everything is new */
 	ext2fs_block_bitmap blk_checked, blk_differs;
 	ext2fs_inode_bitmap ino_checked, ino_changed;
-	struct nx_blkmap index;		/* ino -> slot in recs */
-	struct irec *recs;
-	size_t nrecs, caprecs;
-	struct nx_diff_entry *out;
-	size_t nout, capout;
 	const struct nx_progress *prog;
 	uint64_t walked, total;
 	unsigned isize;			/* bytes of an inode we compare */
 	char *ibuf[2];
-	errcode_t err;
 };
 
 /* ------------------------------------------------------------------ */
@@ -135,6 +116,8 @@ static int inode_changed(struct differ *d, ext2_ino_t ino)
 {
 	int changed;
 
+	if (d->full)
+		return 1;
 	if (ext2fs_test_inode_bitmap2(d->ino_checked, ino))
 		return ext2fs_test_inode_bitmap2(d->ino_changed, ino) != 0;
 	ext2fs_mark_inode_bitmap2(d->ino_checked, ino);
@@ -188,51 +171,6 @@ static int dir_changed(struct differ *d, ext2_ino_t dir)
 				  NULL, check_mapped, &mc))
 		return 1;
 	return mc.differs;
-}
-
-/* ------------------------------------------------------------------ */
-/* Remembering locations.                                              */
-
-static struct irec *get_rec(struct differ *d, ext2_ino_t ino)
-{
-	blk64_t i;
-
-	if (nx_blkmap_get(&d->index, ino, &i))
-		return &d->recs[i];
-	if (nx_grow((void **)&d->recs, &d->caprecs, d->nrecs,
-		    sizeof(*d->recs), 256))
-		return NULL;
-	if (nx_blkmap_put(&d->index, ino, d->nrecs))
-		return NULL;
-	memset(&d->recs[d->nrecs], 0, sizeof(d->recs[0]));
-	d->recs[d->nrecs].ino = ino;
-	return &d->recs[d->nrecs++];
-}
-
-static errcode_t remember(struct differ *d, int s, ext2_ino_t ino,
-			  ext2_ino_t parent, const char *name,
-			  const char *path, mode_t type)
-{
-	struct irec *r = get_rec(d, ino);
-	struct loc *l = calloc(1, sizeof(*l));
-
-	if (!r || !l) {
-		free(l);
-		return EXT2_ET_NO_MEMORY;
-	}
-	l->parent = parent;
-	l->name = strdup(name);
-	l->path = strdup(path);
-	l->type = type;
-	if (!l->name || !l->path) {
-		free(l->name);
-		free(l->path);
-		free(l);
-		return EXT2_ET_NO_MEMORY;
-	}
-	l->next = r->locs[s];
-	r->locs[s] = l;
-	return 0;
 }
 
 /* ------------------------------------------------------------------ */
@@ -315,23 +253,9 @@ struct walk {
 	ext2fs_inode_bitmap seen;	/* directories entered */
 };
 
-/* PATH = PATH[0..LEN) "/" NAME; its length, or 0 out of memory. */
 static size_t path_at(struct walk *w, size_t len, const char *name)
 {
-	size_t need = len + 1 + strlen(name) + 1;
-
-	if (need > w->pcap) {
-		size_t cap = need > 2 * w->pcap ? need : 2 * w->pcap;
-		char *more = realloc(w->path, cap);
-
-		if (!more)
-			return 0;
-		w->path = more;
-		w->pcap = cap;
-	}
-	w->path[len] = '/';
-	strcpy(w->path + len + 1, name);
-	return need - 1;
+	return nx_delta_path_at(&w->path, &w->pcap, len, name);
 }
 
 /* Enter DIR, whose path is PATH[0..PLEN): list its entries. */
@@ -387,8 +311,9 @@ static errcode_t walk_step(struct walk *w)
 	if (!len)
 		return EXT2_ET_NO_MEMORY;
 	if (f->changed || inode_changed(d, e->ino)) {
-		errcode_t err = remember(d, w->s, e->ino, f->dir, e->name,
-					 w->path, ftype_mode(e->ftype));
+		errcode_t err = nx_delta_remember(d->work, w->s, e->ino,
+						  f->dir, w->path,
+						  ftype_mode(e->ftype), NULL);
 
 		if (err)
 			return err;
@@ -497,29 +422,64 @@ out:
 	return differs;
 }
 
-static int content_differs(struct differ *d, ext2_ino_t ino, uint64_t size,
-			   const struct ext2_inode_large in[2])
+static void free_blkvec(struct blkvec *v)
+{
+	free(v->l);
+	free(v->p);
+}
+
+/* The data blocks of INO on side S, by logical block. */
+static errcode_t read_map(struct differ *d, int s, ext2_ino_t ino,
+			  struct blkvec *v)
+{
+	return ext2fs_block_iterate3(d->side[s].fs, ino, BLOCK_FLAG_READ_ONLY |
+				     BLOCK_FLAG_DATA_ONLY, NULL, collect_block,
+				     v);
+}
+
+static uint64_t blocks_of(struct differ *d, uint64_t size)
 {
 	unsigned bs = d->vol->fs->blocksize;
-	blk64_t nblocks = (size + bs - 1) / bs, lb;
+
+	return (size + bs - 1) / bs;
+}
+
+/*
+ * The data of a regular file on both sides (IN): does a byte differ
+ * (*DIFFERS), compared only where the mappings differ?  With WANT_EXT
+ * every logical block whose mapping differs (a hole on one side
+ * included) becomes an extent of DI; without, it stops at the first
+ * difference.
+ */
+static errcode_t compare_data(struct differ *d, struct nx_delta_inode *di,
+			      const struct ext2_inode_large in[2],
+			      int want_ext, int *differs)
+{
+	uint64_t size[2] = { EXT2_I_SIZE(&in[0]), EXT2_I_SIZE(&in[1]) };
+	uint64_t common = size[0] < size[1] ? size[0] : size[1];
+	blk64_t ncommon = blocks_of(d, common), nblocks, lb;
 	struct blkvec v[2] = { { 0 }, { 0 } };
 	ext2_file_t f[2] = { NULL, NULL };
 	size_t i[2] = { 0, 0 };
-	int s, differs = 1;
+	errcode_t err = 0;
+	int s;
 
-	if ((in[0].i_flags | in[1].i_flags) & EXT4_INLINE_DATA_FL)
-		return inline_content_differs(d, ino, size);
-	for (s = 0; s < 2; s++) {
-		if (ext2fs_block_iterate3(d->side[s].fs, ino,
-					  BLOCK_FLAG_READ_ONLY |
-					  BLOCK_FLAG_DATA_ONLY, NULL,
-					  collect_block, &v[s]) ||
-		    ext2fs_file_open(d->side[s].fs, ino, 0, &f[s]))
-			goto out;
+	nblocks = blocks_of(d, size[0] > size[1] ? size[0] : size[1]);
+	*differs = size[0] != size[1];
+	if ((in[0].i_flags | in[1].i_flags) & EXT4_INLINE_DATA_FL) {
+		if (!*differs)
+			*differs = inline_content_differs(d, di->ino, common);
+		return want_ext ? nx_delta_add_extent(di, 0,
+						      blocks_of(d, size[1])) : 0;
+	}
+	for (s = 0; s < 2 && !err; s++) {
+		err = read_map(d, s, di->ino, &v[s]);
+		if (!err)
+			err = ext2fs_file_open(d->side[s].fs, di->ino, 0, &f[s]);
 	}
 	/* Walk both maps (sorted by logical block) together. */
-	for (lb = 0; lb < nblocks;) {
-		blk64_t pa = 0, pb = 0, ra, rb, next = nblocks;
+	for (lb = 0; lb < nblocks && !err;) {
+		blk64_t pa = 0, pb = 0, ra = 0, rb = 1, next = nblocks;
 
 		while (i[0] < v[0].n && v[0].l[i[0]] < lb)
 			i[0]++;
@@ -538,22 +498,51 @@ static int content_differs(struct differ *d, ext2_ino_t ino, uint64_t size,
 			lb = next;
 			continue;
 		}
-		if (!pa || !pb || resolve(d, 0, pa, &ra) ||
-		    resolve(d, 1, pb, &rb) || ra != rb) {
-			if (block_content_differs(d, f, lb, size))
-				goto out;
+		if (pa && pb && (resolve(d, 0, pa, &ra) ||
+				 resolve(d, 1, pb, &rb)))
+			ra = 0, rb = 1;
+		if (!pa || !pb || ra != rb) {
+			if (want_ext)
+				err = nx_delta_add_extent(di, lb, 1);
+			if (!*differs && lb < ncommon)
+				*differs = block_content_differs(d, f, lb,
+								 common);
+			if (*differs && !want_ext)
+				break;
 		}
 		lb++;
 	}
-	differs = 0;
-out:
 	for (s = 0; s < 2; s++) {
 		if (f[s])
 			ext2fs_file_close(f[s]);
-		free(v[s].l);
-		free(v[s].p);
+		free_blkvec(&v[s]);
 	}
-	return differs;
+	return err;
+}
+
+/* A file new on side 1: its mapped ranges (holes are not listed). */
+static errcode_t new_extents(struct nx_delta_source *src,
+			     struct nx_delta_inode *di)
+{
+	struct differ *d = (struct differ *)src;
+	struct ext2_inode_large in;
+	struct blkvec v = { 0 };
+	errcode_t err;
+	size_t i;
+
+	di->extents_known = 1;
+	err = ext2fs_read_inode_full(d->side[1].fs, di->ino,
+				     (struct ext2_inode *)&in, sizeof(in));
+	if (err)
+		return err;
+	if (in.i_flags & EXT4_INLINE_DATA_FL)
+		return nx_delta_add_extent(di, 0,
+					   blocks_of(d, EXT2_I_SIZE(&in)));
+	err = read_map(d, 1, di->ino, &v);
+	for (i = 0; i < v.n && !err; i++)
+		err = nx_delta_add_extent(di, v.l[i], 1);
+	free_blkvec(&v);
+	return err;
 }
 
 struct xattr_list {
@@ -695,156 +684,118 @@ static int attrs_differ(const struct ext2_inode_large *a,
 	return 0;
 }
 
-/* Same file on both sides: did its content or attributes change? */
-static int file_modified(struct differ *d, ext2_ino_t ino,
-			 const struct ext2_inode_large in[2])
+/* INO on side S as the user sees it; mode 0 if it is not there. */
+static errcode_t read_attr(struct nx_delta_source *src, int s, ext2_ino_t ino,
+			   struct nx_delta_attr *a)
 {
-	unsigned need = offsetof(struct ext2_inode_large, i_mtime_extra) + 4 -
-			EXT2_GOOD_OLD_INODE_SIZE;
-	int large = EXT2_INODE_SIZE(d->vol->fs->super) >
-		    EXT2_GOOD_OLD_INODE_SIZE &&
-		    in[0].i_extra_isize >= need && in[1].i_extra_isize >= need;
+	struct differ *d = (struct differ *)src;
+	struct ext2_inode_large in;
+	struct stat st;
 
-	if (!inode_changed(d, ino))
+	memset(a, 0, sizeof(*a));
+	if (!d->side[s].fs || !ino ||
+	    ino > d->side[s].fs->super->s_inodes_count)
 		return 0;
-	if (attrs_differ(&in[0], &in[1], large))
-		return 1;
-	if (LINUX_S_ISLNK(in[0].i_mode) && symlink_differs(d, ino))
-		return 1;
-	if (LINUX_S_ISREG(in[0].i_mode) &&
-	    content_differs(d, ino, EXT2_I_SIZE(&in[0]), in))
-		return 1;
-	return xattrs_differ(d, ino);
-}
-
-/* ------------------------------------------------------------------ */
-/* Classification and output.                                          */
-
-static errcode_t emit(struct differ *d, int kind, mode_t type,
-		      const char *path, const char *newpath)
-{
-	struct nx_diff_entry *e;
-
-	if (nx_grow((void **)&d->out, &d->capout, d->nout, sizeof(*d->out),
-		    64))
-		return EXT2_ET_NO_MEMORY;
-	e = &d->out[d->nout++];
-	e->kind = kind;
-	e->type = type;
-	e->path = path;
-	e->newpath = newpath;
+	memset(&in, 0, sizeof(in));
+	if (ext2fs_read_inode_full(d->side[s].fs, ino, (struct ext2_inode *)&in,
+				   sizeof(in)) ||
+	    !in.i_links_count || !in.i_mode)
+		return 0;	/* unreadable or free: not there */
+	nx_inode_to_stat(d->side[s].v, ino, &in, &st);
+	a->mode = st.st_mode;
+	a->uid = st.st_uid;
+	a->gid = st.st_gid;
+	a->nlink = (uint32_t)st.st_nlink;
+	a->gen = in.i_generation;
+	a->flags = in.i_flags & EXT2_FL_USER_VISIBLE;
+	a->size = (uint64_t)st.st_size;
+	a->rdev = st.st_rdev;
+	a->atime = st.st_atim;
+	a->mtime = st.st_mtim;
+	a->ctime = st.st_ctim;
 	return 0;
 }
 
-static struct loc *find_loc(struct loc *list, const struct loc *l)
+/* Same file on both sides: what of its content or attributes changed? */
+static errcode_t compare_file(struct nx_delta_source *src,
+			      struct nx_delta_inode *di, unsigned flags)
 {
-	for (; list; list = list->next)
-		if (list->parent == l->parent && !strcmp(list->name, l->name))
-			return list;
-	return NULL;
-}
-
-static int count_only(struct loc *list, struct loc *other, struct loc **one)
-{
-	int n = 0;
-
-	for (; list; list = list->next)
-		if (!find_loc(other, list)) {
-			n++;
-			*one = list;
-		}
-	return n;
-}
-
-static int exists(struct differ *d, int s, ext2_ino_t ino,
-		  struct ext2_inode_large *inode)
-{
-	memset(inode, 0, sizeof(*inode));
-	return !ext2fs_read_inode_full(d->side[s].fs, ino,
-				       (struct ext2_inode *)inode,
-				       sizeof(*inode)) &&
-	       inode->i_links_count > 0 && inode->i_mode;
-}
-
-static errcode_t classify(struct differ *d, struct irec *r)
-{
+	struct differ *d = (struct differ *)src;
+	unsigned need = offsetof(struct ext2_inode_large, i_mtime_extra) + 4 -
+			EXT2_GOOD_OLD_INODE_SIZE;
+	int want_ext = (flags & NX_DELTA_WANT_EXTENTS) != 0;
 	struct ext2_inode_large in[2];
-	struct loc *l, *o1 = NULL, *n1 = NULL;
-	int e0 = exists(d, 0, r->ino, &in[0]);
-	int e1 = exists(d, 1, r->ino, &in[1]);
-	int same = e0 && e1 && in[0].i_generation == in[1].i_generation &&
-		   LINUX_S_ISDIR(in[0].i_mode) == LINUX_S_ISDIR(in[1].i_mode) &&
-		   (in[0].i_mode & LINUX_S_IFMT) == (in[1].i_mode & LINUX_S_IFMT);
-	int renamed = 0, modified;
-	errcode_t err = 0;
+	int large, s, differs = 0;
+	errcode_t err;
 
-	if (!same) {
-		for (l = r->locs[0]; l && !err; l = l->next)
-			err = emit(d, NX_DIFF_REMOVED, l->type, l->path, NULL);
-		for (l = r->locs[1]; l && !err; l = l->next)
-			err = emit(d, NX_DIFF_ADDED, l->type, l->path, NULL);
-		return err;
+	if (S_ISREG(di->attr[1].mode) && want_ext)
+		di->extents_known = 1;
+	if (!inode_changed(d, di->ino))
+		return 0;
+	for (s = 0; s < 2; s++) {
+		memset(&in[s], 0, sizeof(in[s]));
+		err = ext2fs_read_inode_full(d->side[s].fs, di->ino,
+					     (struct ext2_inode *)&in[s],
+					     sizeof(in[s]));
+		if (err)
+			return err;
 	}
-	if (count_only(r->locs[0], r->locs[1], &o1) == 1 &&
-	    count_only(r->locs[1], r->locs[0], &n1) == 1) {
-		renamed = 1;
-		err = emit(d, NX_DIFF_RENAMED, n1->type, o1->path, n1->path);
-	} else {
-		for (l = r->locs[0]; l && !err; l = l->next)
-			if (!find_loc(r->locs[1], l))
-				err = emit(d, NX_DIFF_REMOVED, l->type,
-					   l->path, NULL);
-		for (l = r->locs[1]; l && !err; l = l->next)
-			if (!find_loc(r->locs[0], l))
-				err = emit(d, NX_DIFF_ADDED, l->type, l->path,
-					   NULL);
+	large = EXT2_INODE_SIZE(d->vol->fs->super) > EXT2_GOOD_OLD_INODE_SIZE &&
+		in[0].i_extra_isize >= need && in[1].i_extra_isize >= need;
+	if (attrs_differ(&in[0], &in[1], large))
+		di->what |= NX_DELTA_ATTR;
+	if ((di->what & NX_DELTA_MODIFIED) && !want_ext)
+		return 0;	/* the diff needs no more */
+	if (LINUX_S_ISLNK(in[0].i_mode) && symlink_differs(d, di->ino))
+		di->what |= NX_DELTA_DATA;
+	if (LINUX_S_ISREG(in[0].i_mode)) {
+		err = compare_data(d, di, in, want_ext, &differs);
+		if (err)
+			return err;
+		if (differs)
+			di->what |= NX_DELTA_DATA;
 	}
-	modified = file_modified(d, r->ino, in);
-	for (l = r->locs[1]; l && !err && modified; l = l->next)
-		if (find_loc(r->locs[0], l) || (renamed && l == n1))
-			err = emit(d, NX_DIFF_MODIFIED, l->type, l->path,
-				   NULL);
-	return err;
-}
-
-static int by_path(const void *a, const void *b)
-{
-	const struct nx_diff_entry *x = a, *y = b;
-	int c = strcmp(x->path, y->path);
-
-	if (c)
-		return c;
-	/* '-' before '+' before 'M' at the same path */
-	return (x->kind == NX_DIFF_REMOVED ? 0 : x->kind == NX_DIFF_ADDED ?
-		1 : 2) - (y->kind == NX_DIFF_REMOVED ? 0 :
-		y->kind == NX_DIFF_ADDED ? 1 : 2);
+	if ((di->what & NX_DELTA_MODIFIED) && !want_ext)
+		return 0;
+	if (xattrs_differ(d, di->ino))
+		di->what |= NX_DELTA_XATTR;
+	return 0;
 }
 
 /* ------------------------------------------------------------------ */
 
-static errcode_t open_side(struct differ *d, int s, const char *name,
+static errcode_t walk_side(struct nx_delta_source *src,
+			   struct nx_delta_work *w, int s)
+{
+	struct differ *d = (struct differ *)src;
+
+	d->work = w;
+	return walk_tree(d, s);
+}
+
+/* Side S shows snapshot ID (0: the live tree). */
+static errcode_t open_side(struct differ *d, int s, uint32_t id,
 			   char *msg, size_t msglen)
 {
 	struct nx_snapinfo info;
 	errcode_t err;
 
-	if (!name) {
+	if (!id) {
 		d->side[s].v = d->vol;
 		d->side[s].fs = d->vol->fs;
 		d->side[s].idx = -1;
 		return 0;
 	}
-	if (nx_snap_find(d->vol, name, &info)) {
-		snprintf(msg, msglen, "no snapshot named '%s'", name);
+	if (nx_snap_find_id(d->vol, id, &info)) {
+		snprintf(msg, msglen, "no snapshot with id %u", id);
 		return ENOENT;
 	}
-	err = nx_snap_view_open(d->vol, info.ino, &d->side[s].v);
+	err = nx_snap_view_get(d->vol, id, &d->side[s].v);
 	if (err) {
-		snprintf(msg, msglen, "cannot open snapshot '%s': %s", name,
-			 error_message(err));
+		snprintf(msg, msglen, "cannot open snapshot '%s': %s",
+			 info.name, error_message(err));
 		return err;
 	}
-	d->side[s].owned = 1;
 	d->side[s].fs = d->side[s].v->fs;
 	d->side[s].idx = nx_snap_index(d->store, info.ino);
 	return 0;
@@ -870,33 +821,14 @@ static errcode_t setup(struct differ *d)
 	if (!err)
 		err = ext2fs_allocate_inode_bitmap(fs, "changed",
 						   &d->ino_changed);
-	d->total = 2 * (uint64_t)(fs->super->s_inodes_count -
-				  fs->super->s_free_inodes_count);
+	d->total = (d->full ? 1 : 2) *
+		   (uint64_t)(fs->super->s_inodes_count -
+			      fs->super->s_free_inodes_count);
 	return err;
 }
 
 static void teardown(struct differ *d)
 {
-	size_t i;
-	int s;
-
-	for (i = 0; i < d->nrecs; i++)
-		for (s = 0; s < 2; s++) {
-			struct loc *l = d->recs[i].locs[s], *next;
-
-			for (; l; l = next) {
-				next = l->next;
-				free(l->name);
-				free(l->path);
-				free(l);
-			}
-		}
-	free(d->recs);
-	free(d->out);
-	nx_blkmap_free(&d->index);
-	for (s = 0; s < 2; s++)
-		if (d->side[s].owned)
-			nx_snap_view_close(d->side[s].v);
 	if (d->blk_checked)
 		ext2fs_free_block_bitmap(d->blk_checked);
 	if (d->blk_differs)
@@ -909,57 +841,85 @@ static void teardown(struct differ *d)
 	free(d->ibuf[1]);
 }
 
+errcode_t nx_snap_delta(struct nx_volume *vol, uint32_t old_id,
+			uint32_t new_id, unsigned flags,
+			const struct nx_progress *prog, struct nx_delta *delta,
+			char *msg, size_t msglen)
+{
+	struct differ d = { 0 };
+	errcode_t err;
+
+	memset(delta, 0, sizeof(*delta));
+	snprintf(msg, msglen, "%s", "");
+	d.src.walk = walk_side;
+	d.src.attr = read_attr;
+	d.src.compare = compare_file;
+	d.src.extents = new_extents;
+	d.src.blocksize = vol->fs->blocksize;
+	d.vol = vol;
+	d.store = vol->snap;
+	d.prog = prog;
+	d.full = (flags & NX_DELTA_FULL) != 0;
+	if (!d.store) {
+		snprintf(msg, msglen, "the volume has no snapshot store");
+		return EINVAL;
+	}
+	err = d.full ? 0 : open_side(&d, 0, old_id, msg, msglen);
+	if (!err)
+		err = open_side(&d, 1, new_id, msg, msglen);
+	if (!err && !d.full && d.side[1].idx >= 0 &&
+	    (d.side[0].idx < 0 || d.side[0].idx > d.side[1].idx)) {
+		snprintf(msg, msglen, "the old tree is newer than the new "
+			 "one; name the older snapshot first");
+		err = EINVAL;
+	}
+	if (!err)
+		err = setup(&d);
+	if (!err)
+		err = nx_delta_compute(&d.src, flags, delta);
+	if (err && !msg[0])
+		snprintf(msg, msglen, "comparing failed: %s",
+			 error_message(err));
+	teardown(&d);
+	return err;
+}
+
 errcode_t nx_snap_diff(struct nx_volume *vol, const char *old_name,
 		       const char *new_name, nx_diff_fn fn, void *priv,
 		       const struct nx_progress *prog, char *msg,
 		       size_t msglen)
 {
-	struct differ d = { 0 };
+	struct nx_snapinfo info[2];
+	struct nx_delta delta;
 	errcode_t err;
-	size_t i;
-	int s;
 
 	snprintf(msg, msglen, "%s", "");
-	d.vol = vol;
-	d.store = vol->snap;
-	d.prog = prog;
-	if (!d.store) {
+	if (!vol->snap) {
 		snprintf(msg, msglen, "the volume has no snapshot store");
 		return EINVAL;
 	}
-	err = open_side(&d, 0, old_name, msg, msglen);
-	if (!err)
-		err = open_side(&d, 1, new_name, msg, msglen);
-	if (!err && d.side[1].idx >= 0 && d.side[0].idx > d.side[1].idx) {
+	if (nx_snap_find(vol, old_name, &info[0])) {
+		snprintf(msg, msglen, "no snapshot named '%s'", old_name);
+		return ENOENT;
+	}
+	if (new_name && nx_snap_find(vol, new_name, &info[1])) {
+		snprintf(msg, msglen, "no snapshot named '%s'", new_name);
+		return ENOENT;
+	}
+	if (new_name && nx_snap_name_index(vol, old_name) >
+			nx_snap_name_index(vol, new_name)) {
 		snprintf(msg, msglen, "snapshot '%s' is newer than '%s'; name "
 			 "the older one first", old_name, new_name);
-		err = EINVAL;
+		return EINVAL;
 	}
-	if (!err)
-		err = setup(&d);
-	for (s = 0; s < 2 && !err; s++)
-		err = walk_tree(&d, s);
-	if (!err && inode_changed(&d, EXT2_ROOT_INO)) {
-		/* The root has no entry: remember it by hand. */
-		err = remember(&d, 0, EXT2_ROOT_INO, 0, "", "/", S_IFDIR);
-		if (!err)
-			err = remember(&d, 1, EXT2_ROOT_INO, 0, "", "/",
-				       S_IFDIR);
-	}
-	for (i = 0; i < d.nrecs && !err; i++)
-		err = classify(&d, &d.recs[i]);
-	if (err) {
-		if (!msg[0])
+	err = nx_snap_delta(vol, info[0].id, new_name ? info[1].id : 0, 0,
+			    prog, &delta, msg, msglen);
+	if (!err) {
+		err = nx_delta_diff(&delta, fn, priv);
+		if (err)
 			snprintf(msg, msglen, "comparing failed: %s",
 				 error_message(err));
-		goto out;
 	}
-	if (d.nout)
-		qsort(d.out, d.nout, sizeof(*d.out), by_path);
-	for (i = 0; i < d.nout; i++)
-		if (fn(priv, &d.out[i]))
-			break;
-out:
-	teardown(&d);
+	nx_delta_free(&delta);
 	return err;
 }

@@ -19,6 +19,7 @@
 #include <unistd.h>
 #include <sys/stat.h>
 #include "nextfs/blkio.h"
+#include "nextfs/devname.h"
 #include "nextfs/faults.h"
 #include "nextfs/fdio.h"
 #include "nextfs/grow.h"
@@ -997,14 +998,14 @@ static errcode_t blkio_open(const char *name, int flags, io_channel *ret)
 	}
 	if (flags & IO_FLAG_EXCLUSIVE)
 		oflags |= O_EXCL;
-	io->fd = open(name, oflags | O_CLOEXEC);
+	io->fd = nx_dev_open(name, oflags);
 	if (io->fd < 0) {
 		err = errno;
 		goto fail;
 	}
 	io->rdonly = !(flags & IO_FLAG_RW);
 	/* No O_EXCL: the first descriptor holds the claim on the device. */
-	io->dfd = open(name, O_RDONLY | O_DIRECT | O_CLOEXEC);
+	io->dfd = nx_dev_open(name, O_RDONLY | O_DIRECT);
 	if (io->dfd >= 0 && !direct_reads_work(io->dfd)) {
 		close(io->dfd);
 		io->dfd = -1;

@@ -26,6 +26,7 @@
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <sys/un.h>
+#include "nextfs/devname.h"
 #include "nextfs/holder.h"
 #include "nextfs/volume.h"
 
@@ -127,7 +128,7 @@ int nx_holder_volume_key(const char *device, char *key, size_t len)
 {
 	struct stat st;
 
-	if (stat(device, &st) != 0)
+	if (nx_dev_stat(device, &st) != 0)
 		return -1;
 	if (S_ISBLK(st.st_mode))
 		snprintf(key, len, "nextfs/vol/b%u:%u", major(st.st_rdev),
@@ -677,7 +678,7 @@ errcode_t nx_lock_device(const char *device, int exclusive, int *fdp,
 			 char *msg, size_t msglen)
 {
 	int how = exclusive ? LOCK_EX : LOCK_SH;
-	int fd = open(device, O_RDONLY | O_CLOEXEC), e;
+	int fd = nx_dev_open(device, O_RDONLY), e;
 	errcode_t err;
 
 	if (fd < 0) {
@@ -712,10 +713,10 @@ errcode_t nx_claim_device(const char *device, int *fdp, char *msg,
 	int fd, e;
 
 	*fdp = -1;
-	if (stat(device, &st) != 0 || !S_ISBLK(st.st_mode))
+	if (nx_dev_stat(device, &st) != 0 || !S_ISBLK(st.st_mode))
 		return 0;
 	/* O_EXCL on a block device: the claim a kernel mount also takes. */
-	fd = open(device, O_RDONLY | O_EXCL | O_CLOEXEC);
+	fd = nx_dev_open(device, O_RDONLY | O_EXCL);
 	if (fd < 0) {
 		e = errno;
 		if (e == EBUSY)

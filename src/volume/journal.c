@@ -219,6 +219,24 @@ static errcode_t write_jsb(struct nx_journal *j, uint32_t start)
 	return write_jblock(j, 0, j->buf);
 }
 
+errcode_t nx_journal_sb_empty(void *buf)
+{
+	unsigned char *jsb = buf;
+	uint32_t type = get_be32(jsb + 4);
+
+	if (get_be32(jsb) != JBD2_MAGIC ||
+	    (type != JBD2_SB_V1 && type != JBD2_SB_V2))
+		return EXT2_ET_CORRUPT_JOURNAL_SB;
+	put_be32(jsb + JSB_START, 0);
+	put_be32(jsb + JSB_SEQUENCE, 1);
+	put_be32(jsb + JSB_ERRNO, 0);
+	if (type == JBD2_SB_V2 && (get_be32(jsb + JSB_INCOMPAT) &
+				   (JBD2_INCOMPAT_CSUM_V2 |
+				    JBD2_INCOMPAT_CSUM_V3)))
+		csum_set(~0U, jsb, JSB_SIZE, JSB_CHECKSUM);
+	return 0;
+}
+
 struct jmap_ctx {
 	blk64_t *phys;
 	uint32_t nblocks;

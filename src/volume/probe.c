@@ -15,6 +15,7 @@
 #include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <linux/fs.h>
+#include "nextfs/devname.h"
 #include "nextfs/fdio.h"
 #include "nextfs/sanity.h"
 #include "nextfs/volume.h"
@@ -133,7 +134,7 @@ static errcode_t device_size(const char *device, int fd, struct nx_probe *p,
  */
 static errcode_t check_writable(const char *device, char *msg, size_t msglen)
 {
-	int fd = open(device, O_RDWR | O_CLOEXEC), e, ro = 0;
+	int fd = nx_dev_open(device, O_RDWR), e, ro = 0;
 	struct stat st;
 
 	if (fd >= 0) {
@@ -167,7 +168,7 @@ errcode_t nx_probe_device(const char *device, int rdonly, struct nx_probe *p,
 	int fd;
 
 	memset(p, 0, sizeof(*p));
-	fd = open(device, O_RDONLY | O_CLOEXEC);
+	fd = nx_dev_open(device, O_RDONLY);
 	if (fd < 0) {
 		nx_set_msg(msg, msglen, "%s: %s", device, strerror(errno));
 		return errno;

@@ -20,6 +20,7 @@
 #include <et/com_err.h>
 #include "nextfs/volume.h"
 #include "nextfs/blkio.h"
+#include "nextfs/devname.h"
 #include "nextfs/holder.h"
 #include "nextfs/sanity.h"
 #include "nextfs/crc32c.h"
@@ -158,8 +159,9 @@ static void check_features(struct ext2_super_block *sb, int rdonly,
 static errcode_t check_not_mounted(struct nx_volume *vol, char *msg,
 				   size_t msglen)
 {
+	const char *path = nx_dev_path(vol->device);	/* the locked file */
 	int mflags = 0;
-	errcode_t err = ext2fs_check_if_mounted(vol->device, &mflags);
+	errcode_t err = path ? ext2fs_check_if_mounted(path, &mflags) : errno;
 
 	if (err)
 		return 0;	/* cannot tell (e.g. no /proc): the lock still guards us */

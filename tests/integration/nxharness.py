@@ -88,14 +88,13 @@ def mkimages_path():
 
 def daemon_path():
     return os.environ.get('NEXTFS_FUSE') or \
-        os.path.join(SRCROOT, 'build', 'src', 'cli', 'nextfs-fuse')
+        os.path.join(SRCROOT, 'build', 'src', 'fuse', 'nextfs-fuse')
 
 
 def tool_path():
-    """The nextfs tool: $NEXTFS, else beside the daemon."""
-    if os.environ.get('NEXTFS'):
-        return os.environ['NEXTFS']
-    return os.path.join(os.path.dirname(daemon_path()), 'nextfs')
+    """The nextfs tool: $NEXTFS, else the build's."""
+    return os.environ.get('NEXTFS') or \
+        os.path.join(SRCROOT, 'build', 'src', 'cli', 'nextfs')
 
 
 def backend():

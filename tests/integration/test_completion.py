@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Bash completion (completion/nextfs.bash) for nextfs and nextfs-fuse.
+"""Bash completion (completion/nextfs.bash) for nextfs and nextfs-fuse,
+and the command table of nextfs it reads.
 
 Each case runs a fresh "bash --norc" that sources the completion file,
 sets COMP_WORDS/COMP_CWORD/COMP_LINE/COMP_POINT as bash would for a
@@ -8,9 +9,16 @@ NUL-separated.  Cases run once with the completion alone and once with
 the bash-completion package loaded first (if installed), which is how
 bash-completion's loader uses it.  Snapshot names come from images and
 from a live mount, and include names the shell must quote.
+
+The command table (src/cli/nextfs.c, printed by the hidden "nextfs
+__commands") is what "nextfs --help", every "--help", the parser and the
+completion come from; TableTest checks that the man page names the same
+commands and the usage lines the same options, and that every command
+treats a wrong command line alike.
 """
 
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -94,13 +102,13 @@ class CompletionTest(nx.NxTestCase):
     def test_subcommands(self):
         cmds = self.nx('')
         for c in ('snapshot', 'check', 'export', 'diff', 'restore', 'info',
-                  'version', 'umount'):
+                  'version', 'umount', 'receive'):
             self.assertIn(c, cmds)
         self.assertEqual(self.nx('sn'), ['snapshot'])
         self.assertEqual(self.nx('--v'), ['--version'])
         self.assertEqual(self.nx('snapshot', ''),
                          ['take', 'delete', 'list', 'prune',
-                          'run'])
+                          'run', 'image'])
         self.assertEqual(self.nx('snapshot', 'l'), ['list'])
 
     def test_options_of_each_command(self):
@@ -118,9 +126,16 @@ class CompletionTest(nx.NxTestCase):
         self.assertEqual(set(self.nx('restore', '-')),
                          {'-r', '--destroy-newer', '-v', '--help'})
         self.assertEqual(set(self.nx('export', '-')),
-                         {'-f', '--force', '--help'})
+                         {'-f', '--force', '--json', '--since', '--help'})
+        self.assertEqual(set(self.nx('snapshot', 'image', '-')),
+                         {'--json', '--help'})
+        self.assertEqual(set(self.nx('receive', '-')),
+                         {'-F', '--force', '--resume', '-f', '-v', '--json',
+                          '--abort', '--token', '--help'})
         self.assertEqual(set(self.nx('versions', '-')),
                          {'--json', '--restore', '--to', '--help'})
+        self.assertEqual(set(self.nx('send', '-')),
+                         {'-p', '-o', '--json', '--resume', '--help'})
         # snapshot run MNT -- COMMAND ARGS: a command, then files
         self.assertIn('true', self.nx('snapshot', 'run', self.work, '--',
                                       'tru'))
@@ -146,7 +161,12 @@ class CompletionTest(nx.NxTestCase):
                  ['monday', 'my snap', 'm\u00e4rz']),
                 (('snapshot', 'delete', img, 'my\\ '), ['my snap']),
                 (('export', '-f', img, 'a'), ["a'b=c"]),
+                (('export', img, '--since', 'my'), ['my snap']),
+                (('export', img, '--since', 'monday', 't'), ['tab\there']),
+                (('snapshot', 'image', img, 'my\\ '), ['my snap']),
                 (('diff', img, 'monday', 't'), ['tab\there']),
+                (('send', img, 'mo'), ['monday']),
+                (('send', img, 'monday', '-p', 't'), ['tab\there']),
                 (('restore', '-v', img, '--', '-d'), ['-dash'])):
             self.assertEqual(self.shell_words(self.nx(*words)), want,
                              words)
@@ -217,6 +237,73 @@ class CompletionTest(nx.NxTestCase):
         self.assertEqual(self.fuse_opts('-o', 'ro', img,
                                         os.path.join(self.work, 'vol')),
                          [os.path.join(self.work, 'volmnt')])
+
+
+class TableTest(nx.NxTestCase):
+
+    def setUp(self):
+        super().setUp()
+        self.nextfs = os.path.abspath(nx.tool_path())
+
+    def run_nextfs(self, *args):
+        return subprocess.run([self.nextfs] + list(args),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              stdin=subprocess.DEVNULL, text=True,
+                              cwd=self.work)
+
+    def table(self):
+        """{path: (options, kinds)} of "nextfs __commands"."""
+        p = self.run_nextfs('__commands')
+        self.assertEqual(p.returncode, 0, p.stderr)
+        out = {}
+        for line in p.stdout.splitlines():
+            path, opts, kinds = line.split(';')
+            out[path] = (opts.split(), kinds.split())
+        return out
+
+    def test_help_and_man_page_agree_with_the_table(self):
+        table = self.table()
+        firsts = []
+        for path in table:
+            if path.split()[0] not in firsts:
+                firsts.append(path.split()[0])
+        listed = re.findall(r'(?m)^  ([a-z][a-z0-9-]*)',
+                            self.run_nextfs('--help').stdout)
+        self.assertEqual(listed, firsts)
+        with open(os.path.join(nx.SRCROOT, 'docs', 'nextfs.1')) as f:
+            man = f.read()
+        synopsis = man[man.index('.SH SYNOPSIS'):man.index('.SH DESCRIPTION')]
+        self.assertEqual(set(re.findall(r'(?m)^\.B nextfs ([a-z][a-z ]*)$',
+                                        synopsis)), set(table))
+        for path, (opts, _) in table.items():
+            p = self.run_nextfs(*path.split(), '--help')
+            self.assertEqual((p.returncode, p.stderr), (0, ''), path)
+            usage = p.stdout.split('\n\n')[0].replace('nextfs ' + path, '')
+            shown = set(re.findall(r'(?<![\w-])(--?[A-Za-z][\w-]*)', usage))
+            want = {n for o in opts if not o.startswith('!')
+                    for n in o.split('=')[0].split('|')}
+            self.assertEqual(shown, want, path)
+
+    def test_every_command_refuses_a_wrong_command_line_alike(self):
+        """One line says what is wrong, the usage follows, on stderr;
+        nothing on stdout; exit 2 (check: 16, as e2fsck)."""
+        for path, (_, kinds) in self.table().items():
+            status = 16 if path == 'check' else 2
+            wrong = [('--no-such-option', 'unknown option')]
+            if 'rest' not in kinds:
+                wrong.append(('x ' * (len(kinds) + 1),
+                              'unexpected argument'))
+            for args, what in wrong:
+                p = self.run_nextfs(*path.split(), *args.split())
+                lines = p.stderr.splitlines()
+                self.assertEqual((p.returncode, p.stdout), (status, ''),
+                                 (path, args, p.stderr))
+                self.assertRegex(lines[0], r"^nextfs: %s: %s '" %
+                                 (path, what))
+                self.assertTrue(lines[1].startswith('usage: nextfs %s' %
+                                                    path), p.stderr)
+                self.assertEqual(lines[-1],
+                                 "Run 'nextfs %s --help' for more." % path)
 
 
 @unittest.skipUnless(os.path.exists(BASH_COMPLETION),

@@ -10,7 +10,8 @@
 - Offline commands wait for a daemon that is finishing instead of failing
   "in use", and name the mount of one that still serves.
 - Block devices (real loop devices, as root): fuseblk by default, where a
-  plain umount waits for the daemon; -o noblkdev; either way a kernel
+  plain umount waits for the daemon (and the mount's readahead window,
+  not the device's, is set); -o noblkdev; either way a kernel
   mount or another exclusive opener gets EBUSY (P12), a device that is
   busy, read-only or smaller than its file system is refused clearly.
 - Wrong input gets one line that says what it is: XFS, btrfs, swap, an
@@ -280,6 +281,33 @@ class BlockDeviceTest(nx.NxTestCase):
                 self.assert_held(dev, m)
                 nextfs('umount', m.path, check=0)
                 self.assert_released(dev)
+
+    def test_read_ahead_is_the_mounts_own(self):
+        """The readahead window goes to the fuseblk mount's own knob
+        (MAJ:MIN-fuseblk), found from the directory the daemon mounted
+        on; the device's knob (MAJ:MIN) stays as it was."""
+        dev = self.loop(self.make_image('64M'))
+        rdev = os.stat(dev).st_rdev
+        knob = '/sys/class/bdi/%d:%d%%s/read_ahead_kb' % (
+            os.major(rdev), os.minor(rdev))
+
+        def knob_value(suffix=''):
+            with open(knob % suffix) as f:
+                return int(f.read())
+
+        def set_knob(value):
+            with open(knob % '', 'w') as f:
+                f.write('%d\n' % value)
+
+        was = knob_value()
+        set_knob(256)           # not the kernel's default, nor ours
+        try:
+            with self.mounted(dev) as m:
+                self.assertEqual(self.fstype(m.path), 'fuseblk.nextfs')
+                self.assertEqual(knob_value('-fuseblk'), 4096)
+                self.assertEqual(knob_value(), 256)
+        finally:
+            set_knob(was)
 
     def test_busy_readonly_and_short_devices(self):
         img = self.make_image('64M')

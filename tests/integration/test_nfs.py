@@ -12,7 +12,9 @@ name_to_handle_at/open_by_handle_at directly (docs/nfs.md):
   root and of files and directories inside a snapshot decode to the same
   object (inode number, content, listing) with the same parent ("..",
   from inside a snapshot up through .snapshots to "/") after
-  "echo 2 > /proc/sys/vm/drop_caches" and after a daemon restart;
+  "echo 2 > /proc/sys/vm/drop_caches" and after a daemon restart; so do
+  handles of .snapshot-images and the image files in it, also where the
+  volume has a real entry of that name in its root;
 - they are ESTALE, never another file, for a deleted file, for an inode
   number freed and given to a new file, for the files of a deleted
   snapshot and for a handle of another volume (a copy of the image given
@@ -298,6 +300,37 @@ class HandleTest(nx.NxTestCase):
                                   'handle of a file whose inode was reused')
                 self.check_handle(m, mount_fd, self.expect(
                     m, os.path.relpath(new, m.path)), 'the new file')
+            finally:
+                os.close(mount_fd)
+        self.assert_fsck_masked(img)
+
+    def test_handles_of_snapshot_images(self):
+        """The image files in .snapshot-images and that directory: the
+        same after drop_caches and after a restart, also on a volume with
+        a real .snapshot-images in its root (hidden from the kernel's
+        listing of "/" as from everyone's: it is no .snapshots); ESTALE
+        once the snapshot is deleted."""
+        img = self.make_image(size='16M')
+        nx.run([nx.DEBUGFS, '-w', '-R', 'mkdir .snapshot-images', img])
+        with self.mounted(img, check=False) as m:
+            nx.write_file(m.p('f'), b'in both snapshots\n')
+            os.mkdir(m.p('.snapshots', 'first'))
+            os.mkdir(m.p('.snapshots', 'second'))
+            exps = [self.expect(m, rel) for rel in (
+                '.snapshot-images', '.snapshot-images/first',
+                '.snapshots/first', '.snapshots')]
+            gone = name_to_handle(m.p('.snapshot-images', 'second'))
+            self.check_all(m, exps, 'after drop_caches')
+            names = os.listdir(m.path)
+            self.assertNotIn('.snapshots', names)
+            self.assertNotIn('.snapshot-images', names)
+            restart(m)
+            self.check_all(m, exps, 'after a restart')
+            os.rmdir(m.p('.snapshots', 'second'))
+            mount_fd = os.open(m.path, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                self.assert_stale(mount_fd, gone,
+                                  'handle of a deleted snapshot\'s image')
             finally:
                 os.close(mount_fd)
         self.assert_fsck_masked(img)

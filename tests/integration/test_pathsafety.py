@@ -14,6 +14,13 @@ may make root write (or read) outside the mount:
 - --to DEST through the user's symbolic link fails; snapshot take/delete
   on a user's directory with a planted .snapshots link fail; export to a
   planted dangling link creates nothing.
+- nextfs-fuse mounts on the directory its MOUNTPOINT led to when it
+  was resolved: through the user's link it refuses, and a swap of a
+  directory of the path for a link to a root-only directory after that
+  (when root opens the image) does not move the mount there;
+- an image named through the user's link to root's image is refused by
+  every offline command and by nextfs-fuse, and left byte-identical;
+  root's own link names the same volume as the image's real path.
 And nextfs diff lists trees 2000 directories deep (paths far longer than
 PATH_MAX) completely, with full names, on the mount and offline alike;
 an error (a file it cannot read, an output it cannot write) is a
@@ -23,11 +30,13 @@ Runs once (no flavour): ext4 images, as root.
 """
 
 import ctypes
+import fcntl
 import os
 import select
 import signal
 import struct
 import subprocess
+import time
 
 import nxharness as nx
 import nxsnap
@@ -37,6 +46,8 @@ from nxharness import read_file, write_file
 IN_OPEN = 0x20
 IN_CLOEXEC = 0o2000000
 DEPTH = 2000
+# nxioctl.h: _IOWR('N', 0xF0, struct nx_ioc_delta_start)
+NX_IOC_DELTA_START = (3 << 30) | (32 << 16) | (ord('N') << 8) | 0xF0
 
 
 def tool(*args, user=None, stdout=subprocess.PIPE):
@@ -65,11 +76,11 @@ def snap(m, name):
 
 
 class Swapper:
-    """As nobody: when root opens WATCHED/NAME, exchange WATCHED with the
-    symbolic link LINK (RENAME_EXCHANGE), so that the path root resolved
-    names the link from then on."""
+    """As nobody: when root opens WATCHED/NAME, exchange WATCHED (or SWAP)
+    with the symbolic link LINK (RENAME_EXCHANGE), so that the path root
+    resolved names the link from then on."""
 
-    def __init__(self, watched, name, link):
+    def __init__(self, watched, name, link, swap=None):
         r, w = os.pipe()
         self.pid = os.fork()
         if self.pid == 0:
@@ -79,7 +90,8 @@ class Swapper:
                 os.setgroups([])
                 os.setresgid(GID, GID, GID)
                 os.setresuid(UID, UID, UID)
-                code = self.watch(w, watched, name, link)
+                code = self.watch(w, watched, name, link,
+                                  swap or watched)
             finally:
                 os._exit(code)
         os.close(w)
@@ -87,7 +99,7 @@ class Swapper:
         self.pipe = r
 
     @staticmethod
-    def watch(w, watched, name, link):
+    def watch(w, watched, name, link, swap):
         libc = ctypes.CDLL(None, use_errno=True)
         fd = libc.inotify_init1(IN_CLOEXEC)
         if fd < 0 or libc.inotify_add_watch(
@@ -102,7 +114,7 @@ class Swapper:
                 ev = buf[off + 16:off + 16 + n].rstrip(b'\0')
                 off += 16 + n
                 if mask & IN_OPEN and ev == os.fsencode(name):
-                    nx.renameat2(watched, link, nx.RENAME_EXCHANGE)
+                    nx.renameat2(swap, link, nx.RENAME_EXCHANGE)
                     os.write(w, b's')
                     return 0
 
@@ -144,6 +156,53 @@ class PathSafetyTest(nx.NxTestCase):
     def fsck(self, img):
         rc, out = nxsnap.fsck_masked(img)
         self.assertEqual(rc, 0, out)
+
+    def mounts_here(self):
+        top = os.path.realpath(self.work) + '/'
+        return {p for p in nx.mounted_paths() if p.startswith(top)}
+
+    def serve(self, img, mnt, faults=None, opts=()):
+        """nextfs-fuse -f [-o OPTS] IMG MNT as root: the mount it made
+        (below the work directory) and '', or None and its stderr when
+        it exits without mounting.  Unmounted and reaped at cleanup."""
+        before = self.mounts_here()
+        env = dict(os.environ)
+        if faults:
+            env['NEXTFS_FAULTS'] = faults
+        log = open(os.path.join(self.work, 'serve.log'), 'w+b')
+        self.addCleanup(log.close)
+        argv = [nx.daemon_path(), '-f'] + \
+            (['-o', ','.join(opts)] if opts else []) + [img, mnt]
+        proc = subprocess.Popen(argv,
+                                stdin=subprocess.DEVNULL, stdout=log,
+                                stderr=log, env=env, start_new_session=True)
+        self.addCleanup(self.reap, proc)
+        deadline = time.monotonic() + 20
+        while True:
+            new = self.mounts_here() - before
+            if new:
+                return new.pop(), ''
+            if proc.poll() is not None:
+                log.seek(0)
+                err = log.read().decode(errors='replace')
+                rep = nx.sanitizer_report(err)
+                if rep:
+                    raise AssertionError('sanitizer report:\n%s' % rep)
+                return None, err
+            if time.monotonic() > deadline:
+                raise AssertionError('nextfs-fuse %s %s: no mount' %
+                                     (img, mnt))
+            time.sleep(0.02)
+
+    def reap(self, proc):
+        for path in self.mounts_here():
+            if tool('umount', path)[0] != 0:
+                subprocess.run(['umount', '-l', path])
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
     # ------------------------------------------------------ versions
 
@@ -290,6 +349,98 @@ class PathSafetyTest(nx.NxTestCase):
         self.assertEqual(rc, 0, fsck_out)
         self.fsck(img)
 
+    # ------------------------------------------- nextfs-fuse, images
+
+    def test_mountpoint_is_not_redirected(self):
+        img, udir = self.make_user_image(UID, GID)
+        d, x = os.path.join(udir, 'd'), os.path.join(udir, 'x')
+        target = os.path.join(self.rootonly, 'm')
+        os.mkdir(target, 0o700)
+
+        def setup():
+            os.mkdir(d)
+            os.mkdir(os.path.join(d, 'm'))
+            os.symlink(self.rootonly, x)
+        self.as_nobody(setup)
+        # the user's link on the way, there before root runs it: refused
+        where, err = self.serve(img, os.path.join(x, 'm'))
+        self.assertIsNone(where, 'mounted through the user\'s link')
+        self.assertIn('another user owns it', err)
+        # auto_unmount goes through fusermount3, by the path again: not
+        # where the user can change the path
+        where, err = self.serve(img, os.path.join(d, 'm'),
+                                opts=['auto_unmount'])
+        self.assertIsNone(where, 'auto_unmount on a path of the user\'s')
+        self.assertIn('users other than root can change', err)
+        # root's own link is followed; mountinfo has the real path
+        os.symlink(d, os.path.join(self.work, 'rl'))
+        where, err = self.serve(img, os.path.join(self.work, 'rl', 'm'))
+        self.assertEqual(where, os.path.realpath(os.path.join(d, 'm')), err)
+        ok('umount', where)
+        # the user exchanges d with the link once root has resolved the
+        # path, when the daemon opens the image (it then syncs slowly
+        # before it mounts: the window is wide): the mount goes on the
+        # directory that was resolved, called x/m since
+        sw = Swapper(udir, os.path.basename(img), x, swap=d)
+        self.assertTrue(sw.ready, 'no inotify watch')
+        where, err = self.serve(img, os.path.join(d, 'm'),
+                                faults='slow_sync=300000')
+        self.assertTrue(sw.swapped(), 'the swap did not happen: ' + err)
+        self.assertTrue(os.path.islink(d))
+        self.assertFalse(os.path.ismount(target), 'mounted on root\'s '
+                         'directory through the swapped link')
+        self.assertEqual(where, os.path.realpath(os.path.join(x, 'm')), err)
+        # the usual tools find it where it is
+        ok('snapshot', 'take', where, 'after-swap')
+        ok('umount', where)
+        self.assertEqual(os.listdir(target), [])
+        os.rmdir(target)
+        self.assertUntouched()
+        self.assertEqual(ok('snapshot', 'list', '--names0', img),
+                         b'after-swap\0')
+        self.fsck(img)
+
+    def test_image_through_links(self):
+        rimg = self.make_image(name='root.img')
+        ok('snapshot', 'take', rimg, 's')
+        digest = nx.sha256_file(rimg)
+        udir = os.path.join(self.work, 'udir')
+        os.mkdir(udir)
+        os.chown(udir, UID, GID)
+        uln = os.path.join(udir, 'img')
+        self.as_nobody(os.symlink, rimg, uln)
+        out = os.path.join(self.work, 'out.img')
+        for cmd in (('snapshot', 'take', uln, 't'),
+                    ('snapshot', 'delete', uln, 's'),
+                    ('snapshot', 'prune', uln, '--keep', 'last=1'),
+                    ('restore', uln, 's'),
+                    ('check', '--repair', uln),
+                    ('export', uln, 's', out),
+                    ('diff', uln, 's')):
+            rc, _, err = tool(*cmd)
+            self.assertNotEqual(rc, 0, cmd)
+            self.assertIn('another user owns it', err, cmd)
+        self.assertFalse(os.path.exists(out))
+        where, err = self.serve(uln, udir)
+        self.assertIsNone(where, 'served through the user\'s link')
+        self.assertIn('another user owns it', err)
+        self.assertEqual(nx.sha256_file(rimg), digest, 'root\'s image '
+                         'written through the user\'s link')
+        # root's own link works, and names the same volume: the daemon
+        # serving it is found through the image's real path
+        rln = os.path.join(self.work, 'rootln.img')
+        os.symlink(rimg, rln)
+        ok('snapshot', 'take', rln, 'by-link')
+        mnt = os.path.join(self.work, 'mnt')
+        os.mkdir(mnt)
+        where, err = self.serve(rln, mnt)
+        self.assertEqual(where, os.path.realpath(mnt), err)
+        ok('snapshot', 'take', rimg, 'while-mounted')
+        self.assertEqual(ok('snapshot', 'list', '--names0', mnt),
+                         b's\0by-link\0while-mounted\0')
+        ok('umount', mnt)
+        self.fsck(rimg)
+
     # -------------------------------------------------------- diff
 
     def test_diff_of_deep_trees(self):
@@ -371,6 +522,73 @@ class PathSafetyTest(nx.NxTestCase):
         with open('/dev/full', 'wb') as full:
             rc, _, err = tool('diff', img, 'empty', 'd0', stdout=full)
         self.assertEqual(rc, 1, err)
+        self.fsck(img)
+
+    def test_diff_daemon_and_walk(self):
+        """Root (and the mounting user) get the daemon's block-map delta,
+        anyone else the walk through the kernel: on trees everyone may
+        read both say exactly what the image's diff says; a name in a
+        directory nobody may not read never reaches nobody."""
+        img = self.make_image()
+        with self.snapmount(img) as m:
+            os.chmod(m.p('lost+found'), 0o755)
+            os.mkdir(m.p('pub'))
+            for i in range(12):
+                write_file(m.p('pub', 'f%d' % i), b'%d' % i * 300)
+            os.mkdir(m.p('pub', 'sub'))
+            os.symlink('f1', m.p('pub', 'ln'))
+            snap(m, 'p0')
+            write_file(m.p('pub', 'f0'), b'other content')
+            os.rename(m.p('pub', 'f1'), m.p('pub', 'f1.moved'))
+            os.unlink(m.p('pub', 'f2'))
+            os.link(m.p('pub', 'f3'), m.p('pub', 'sub', 'f3.link'))
+            os.chmod(m.p('pub', 'f4'), 0o640)
+            os.setxattr(m.p('pub', 'f5'), 'user.k', b'v')
+            os.unlink(m.p('pub', 'f6'))
+            os.mkdir(m.p('pub', 'f6'))          # a file became a directory
+            os.rename(m.p('pub', 'sub'), m.p('pub', 'sub2'))
+            os.unlink(m.p('pub', 'ln'))
+            os.symlink('f9', m.p('pub', 'ln'))
+            write_file(m.p('new'), b'n')
+            snap(m, 'p1')
+            os.mkdir(m.p('secret'), 0o700)
+            snap(m, 's0')
+            write_file(m.p('secret', 'hidden-name'), b'x')
+            snap(m, 's1')
+            root_out = [ok('diff', m.path, x, y) for x, y in
+                        (('p0', 'p1'), ('p1', 's1'))]
+            # nobody is not handed the delta; the walk says the same
+            rc, user_out, err = tool('diff', m.path, 'p0', 'p1',
+                                     user=(UID, GID))
+            self.assertEqual(rc, 0, err)
+            self.assertEqual(user_out, root_out[0])
+
+            def start_delta(path):
+                fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+                try:
+                    fcntl.ioctl(fd, NX_IOC_DELTA_START,
+                                struct.pack('IIIIQQ', 1, 0, 0, 0, 0, 0))
+                finally:
+                    os.close(fd)
+            with self.assertRaises(PermissionError):
+                self.as_nobody(start_delta, m.path)
+            # ... and cannot learn a name it could not list
+            rc, out, err = tool('diff', m.path, 'p1', 's1', user=(UID, GID))
+            self.assertEqual(rc, 1, out)
+            self.assertIn('Permission denied', err)
+            self.assertNotIn(b'hidden-name', out)
+            self.assertNotIn('hidden-name', err)
+        self.assertIn(b'+ /secret/hidden-name\n', root_out[1])
+        self.assertEqual(root_out[0], b''.join(
+            b'%s\n' % line for line in (
+                b'M /', b'+ /new', b'M /pub', b'M /pub/f0',
+                b'R /pub/f1 -> /pub/f1.moved', b'- /pub/f2', b'M /pub/f3',
+                b'M /pub/f4', b'M /pub/f5', b'- /pub/f6', b'+ /pub/f6',
+                b'- /pub/ln', b'+ /pub/ln', b'R /pub/sub -> /pub/sub2',
+                b'M /pub/sub2',
+                b'+ /pub/sub2/f3.link')))
+        self.assertEqual(ok('diff', img, 'p0', 'p1'), root_out[0])
+        self.assertEqual(ok('diff', img, 'p1', 's1'), root_out[1])
         self.fsck(img)
 
 

@@ -59,6 +59,13 @@ int nxt_fsck_masked(const char *path);
  * return 0 / an exit status and leave judging to the caller.
  */
 
+/*
+ * Run FN(ARG) in a child process, killed after SECS seconds; its wait
+ * status.  (libcheck's SIGALRM handler is not inherited: a hung child
+ * would otherwise pass for a timeout of the whole test.)
+ */
+int nxt_in_child(void (*fn)(void *), void *arg, unsigned secs);
+
 /* Sparse copy of SRC to DST (created or truncated).  0 or an errno. */
 int nxt_copy_image(const char *src, const char *dst);
 

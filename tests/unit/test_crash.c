@@ -1094,30 +1094,6 @@ struct shared {
 	struct vres v;
 };
 
-/* Run CHILD(ARG) in a child process with a time limit; its wait status. */
-static int in_child(void (*child)(void *), void *arg, unsigned secs)
-{
-	int status;
-	pid_t pid;
-
-	fflush(NULL);
-	pid = fork();
-	ck_assert_int_ge(pid, 0);
-	if (pid == 0) {
-		/*
-		 * libcheck's SIGALRM handler (inherited through fork) would
-		 * take a hung child for a test timeout and kill the whole
-		 * test: let the alarm just kill the child.
-		 */
-		signal(SIGALRM, SIG_DFL);
-		alarm(secs);
-		child(arg);
-		_exit(0);
-	}
-	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
-	return status;
-}
-
 struct run_args {
 	const char *image;
 	char spec[64];
@@ -1164,7 +1140,7 @@ static int run_point(const char *base, const char *work, uint64_t n,
 	snprintf(a.spec, sizeof(a.spec), "cut=%llu:drop",
 		 (unsigned long long)n);
 	ck_assert_int_eq(nxt_copy_image(base, work), 0);
-	status = in_child(child_workload, &a, 10);
+	status = nxt_in_child(child_workload, &a, 10);
 	*cut = nx_faults_cut(&sh->log.plan) || sh->log.cut_after[0];
 	if (!WIFEXITED(status) || WEXITSTATUS(status) || !sh->log.done) {
 		int step = sh->log.cur;
@@ -1189,7 +1165,7 @@ static int run_point(const char *base, const char *work, uint64_t n,
 		snprintf(crashed, sizeof(crashed), "%s.crashed", work);
 		nxt_copy_image(work, crashed);
 	}
-	status = in_child(child_verify, &a, 60);
+	status = nxt_in_child(child_verify, &a, 60);
 	if (!WIFEXITED(status) || WEXITSTATUS(status) || !sh->v.done)
 		vsay(&sh->v, 0, F_V, "verification %s during '%s'",
 		     status_text(status, st, sizeof(st)), sh->v.phase);

@@ -18,6 +18,7 @@
 #include "nextfs/inode.h"
 #include "nextfs/open.h"
 #include "nextfs/snapshot.h"
+#include "nextfs/image.h"
 #include "nextfs/snaptool.h"
 
 static struct nx_cred root;
@@ -543,7 +544,7 @@ static void export_to(struct nx_volume *vol, const char *name,
 					    sizeof(msg)) == 0, "%s", msg);
 	fd = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
 	ck_assert_int_ge(fd, 0);
-	ck_assert_int_eq(nx_imgsrc_write(src, fd, how, NULL), 0);
+	ck_assert_int_eq(nx_imgsrc_write(src, fd, how, NULL, NULL), 0);
 	close(fd);
 	nx_imgsrc_close(src);
 }
@@ -687,6 +688,118 @@ START_TEST(test_diff_reports_changes)
 			 "M /keep\n");
 	ck_assert_int_eq(nx_volume_close(vol), 0);
 	ck_assert_int_eq(nxt_fsck_masked(path), 0);
+	nxt_unlink(path);
+}
+END_TEST
+
+static const struct nx_delta_inode *delta_ino(const struct nx_delta *d,
+					      ext2_ino_t ino)
+{
+	size_t i;
+
+	for (i = 0; i < d->n; i++)
+		if (d->v[i].ino == ino)
+			return &d->v[i];
+	return NULL;
+}
+
+static uint64_t extent_blocks(const struct nx_delta_inode *di)
+{
+	uint64_t n = 0;
+	size_t i;
+
+	for (i = 0; i < di->next; i++)
+		n += di->ext[i].count;
+	return n;
+}
+
+static int has_block(const struct nx_delta_inode *di, uint64_t lblk)
+{
+	size_t i;
+
+	for (i = 0; i < di->next; i++)
+		if (lblk >= di->ext[i].lblk &&
+		    lblk < di->ext[i].lblk + di->ext[i].count)
+			return 1;
+	return 0;
+}
+
+/*
+ * The delta send streams: the blocks whose mapping changed (only those),
+ * a new sparse file's data ranges without its hole, a full delta with
+ * every file; and the byte form the daemon hands out round-trips and
+ * refuses a cut one.
+ */
+START_TEST(test_delta_extents_and_encoding)
+{
+	struct nx_delta d, full, back;
+	struct nx_snapinfo s1, s2;
+	const struct nx_delta_inode *di;
+	struct nx_volume *vol;
+	char path[256], msg[256], *buf, *buf2;
+	size_t len, len2;
+	unsigned bs;
+	ext2_ino_t mod, sparse;
+
+	nxt_root_cred(&root);
+	nxt_mkfs(path, nxt_flavours[_i], 32);
+	vol = nxt_open(path);
+	bs = vol->fs->blocksize;
+	write_file(vol, "mod", 0, 40 * bs, 2);
+	write_file(vol, "keep", 0, 3 * bs, 3);
+	ck_assert_int_eq(nx_snap_take(vol, "s1", NULL), 0);
+	write_file(vol, "mod", 20 * bs + 10, 100, 6);	/* one block */
+	write_file(vol, "sparse", 0, bs, 7);
+	write_file(vol, "sparse", 30 * bs, bs, 8);	/* a hole between */
+	ck_assert_int_eq(nx_snap_take(vol, "s2", NULL), 0);
+	mod = lookup_path(vol->fs, "mod");
+	sparse = lookup_path(vol->fs, "sparse");
+	ck_assert_int_eq(nx_volume_close(vol), 0);
+
+	ck_assert_int_eq(nx_open_volume(path, NX_VOL_RDONLY, &vol, NULL, 0),
+			 0);
+	ck_assert_int_eq(nx_snap_find(vol, "s1", &s1), 0);
+	ck_assert_int_eq(nx_snap_find(vol, "s2", &s2), 0);
+	ck_assert_msg(nx_snap_delta(vol, s1.id, s2.id, NX_DELTA_WANT_EXTENTS,
+				    NULL, &d, msg, sizeof(msg)) == 0, "%s",
+		      msg);
+	di = delta_ino(&d, mod);
+	ck_assert_ptr_nonnull(di);
+	ck_assert(di->extents_known);
+	ck_assert_uint_eq(di->what & NX_DELTA_NEW, 0);
+	ck_assert(di->what & NX_DELTA_DATA);
+	ck_assert(has_block(di, 20));
+	ck_assert_uint_eq(extent_blocks(di), 1);
+	di = delta_ino(&d, sparse);
+	ck_assert_ptr_nonnull(di);
+	ck_assert(di->what & NX_DELTA_NEW);
+	ck_assert(has_block(di, 0) && has_block(di, 30) && !has_block(di, 15));
+	ck_assert_ptr_null(delta_ino(&d, lookup_path(vol->fs, "keep")));
+
+	ck_assert_msg(nx_snap_delta(vol, 0, s2.id, NX_DELTA_FULL |
+				    NX_DELTA_WANT_EXTENTS, NULL, &full, msg,
+				    sizeof(msg)) == 0, "%s", msg);
+	di = delta_ino(&full, mod);
+	ck_assert_ptr_nonnull(di);
+	ck_assert(di->what & NX_DELTA_NEW);
+	ck_assert_uint_eq(extent_blocks(di), 40);
+	ck_assert_ptr_nonnull(delta_ino(&full, EXT2_ROOT_INO));
+
+	ck_assert_int_eq(nx_delta_encode(&d, &buf, &len), 0);
+	ck_assert_int_eq(nx_delta_decode(buf, len, &back), 0);
+	ck_assert_int_eq(nx_delta_encode(&back, &buf2, &len2), 0);
+	ck_assert_uint_eq(len, len2);
+	ck_assert_int_eq(memcmp(buf, buf2, len), 0);
+	nx_delta_free(&back);
+	ck_assert_int_ne(nx_delta_decode(buf, len - 1, &back), 0);
+	ck_assert_uint_eq(back.n, 0);
+	buf[0] ^= 1;
+	ck_assert_int_ne(nx_delta_decode(buf, len, &back), 0);
+	free(buf);
+	free(buf2);
+	nx_delta_free(&d);
+	nx_delta_free(&full);
+	ck_assert_int_eq(nx_volume_close(vol), 0);
 	nxt_unlink(path);
 }
 END_TEST
@@ -892,6 +1005,8 @@ int main(void)
 	tcase_add_test(tc, test_bad_input_changes_nothing);
 	tcase_add_loop_test(tc, test_export_is_standalone, 0, NXT_NFLAVOURS);
 	tcase_add_loop_test(tc, test_diff_reports_changes, 0, NXT_NFLAVOURS);
+	tcase_add_loop_test(tc, test_delta_extents_and_encoding, 0,
+			    NXT_NFLAVOURS);
 	tcase_add_loop_test(tc, test_restore_rolls_back, 0, NXT_NFLAVOURS);
 	tcase_add_loop_test(tc, test_restore_relocates_snapshot_blocks, 0,
 			    NXT_NFLAVOURS);

@@ -13,12 +13,17 @@
  * mount or exclusive opener gets it) and a plain umount waits until the
  * daemon has written everything back (FUSE_DESTROY).  Without fuseblk the
  * daemon claims the device with O_EXCL, and "nextfs umount" waits.
+ *
+ * Both paths are resolved once, under the rules of safepath.h (root may
+ * be mounting on or serving paths through other users' directories): the
+ * volume's name is pinned to the file found (devname.h), and root mounts
+ * on the very directory found (nx_sp_mount_name).  docs/paths.md.
  */
 #include "nextfs/fuse_ops.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <grp.h>
-#include <limits.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,7 +32,9 @@
 #include <unistd.h>
 #include <fuse_opt.h>
 #include "nextfs/crc32c.h"
+#include "nextfs/devname.h"
 #include "nextfs/retention.h"
+#include "nextfs/safepath.h"
 
 #define PROG "nextfs-fuse"
 
@@ -38,6 +45,7 @@ struct cli {
 	int blkdev;			/* -1 default, 0 noblkdev, 1 blkdev */
 	int help, version;
 	int ino32;			/* -o ino32 */
+	int auto_unmount;		/* -o auto_unmount (libfuse's) */
 	int have_fsname, have_subtype, have_default_permissions;
 	int fakeroot;			/* -o fakeroot: ours, not libfuse's */
 	char *read_ahead;		/* -o read_ahead_kb=N as given */
@@ -49,7 +57,7 @@ struct cli {
 enum {
 	KEY_HELP, KEY_VERSION, KEY_FOREGROUND, KEY_DEBUG, KEY_SINGLE,
 	KEY_RO, KEY_RW, KEY_FSNAME, KEY_SUBTYPE, KEY_DEFAULT_PERMISSIONS,
-	KEY_BLKDEV, KEY_NOBLKDEV,
+	KEY_BLKDEV, KEY_NOBLKDEV, KEY_AUTO_UNMOUNT,
 };
 
 static const struct fuse_opt cli_opts[] = {
@@ -69,6 +77,7 @@ static const struct fuse_opt cli_opts[] = {
 	FUSE_OPT_KEY("default_permissions", KEY_DEFAULT_PERMISSIONS),
 	FUSE_OPT_KEY("blkdev", KEY_BLKDEV),
 	FUSE_OPT_KEY("noblkdev", KEY_NOBLKDEV),
+	FUSE_OPT_KEY("auto_unmount", KEY_AUTO_UNMOUNT),
 	{ "read_ahead_kb=%s", offsetof(struct cli, read_ahead), 0 },
 	{ "fakeroot", offsetof(struct cli, fakeroot), 1 },
 	{ "ino32", offsetof(struct cli, ino32), 1 },
@@ -218,6 +227,9 @@ static int opt_proc(void *data, const char *arg, int key,
 	case KEY_NOBLKDEV:
 		c->blkdev = 0;
 		return 0;
+	case KEY_AUTO_UNMOUNT:
+		c->auto_unmount = 1;
+		return 1;
 	}
 	return 1;
 }
@@ -311,29 +323,77 @@ static int parse_snapshot_group(const char *arg, gid_t *gid, int *have)
 	return 0;
 }
 
-/* Resolve PATH to an absolute path; one error line if it is unusable. */
-static char *checked_path(const char *path, int want_dir)
+/*
+ * IMAGE_OR_DEVICE, resolved once and pinned (see the file comment): the
+ * volume's name from now on, its path as the kernel spells it (the mount's
+ * source); NULL after one error line.
+ */
+static char *resolve_device(const char *arg)
 {
-	char *abs;
-	struct stat st;
+	int fd = nx_sp_open_volume(arg);
+	char *name;
 
-	if (stat(path, &st) != 0) {
-		fprintf(stderr, PROG ": %s: %s\n", path, strerror(errno));
+	if (fd < 0) {
+		fprintf(stderr, PROG ": %s: %s\n", arg, nx_sp_why(errno));
 		return NULL;
 	}
-	if (want_dir && !S_ISDIR(st.st_mode)) {
-		fprintf(stderr, PROG ": %s: %s\n", path, strerror(ENOTDIR));
+	name = nx_sp_fd_path(fd);
+	if (!name || nx_dev_pin(name, fd) != 0) {
+		fprintf(stderr, PROG ": %s: %s\n", arg, strerror(errno));
+		if (!name)
+			close(fd);
+		free(name);
 		return NULL;
 	}
-	if (!want_dir && !S_ISREG(st.st_mode) && !S_ISBLK(st.st_mode)) {
-		fprintf(stderr, PROG ": %s: not an image file or block "
-			"device\n", path);
+	return name;
+}
+
+/*
+ * MOUNTPOINT, resolved once and held in *FD; *MOUNT_NAME is what libfuse
+ * mounts on (nx_sp_mount_name).  With auto_unmount libfuse has root's
+ * mount done by fusermount3, which looks the path up again and, for root,
+ * checks nothing: only a path no other user can change will do.  Returns
+ * the mountpoint's path as the kernel spells it (what mountinfo records),
+ * or NULL after one error line.
+ */
+static char *resolve_mountpoint(const struct cli *c, int *fd,
+				char **mount_name)
+{
+	char *path;
+	int fixed;
+
+	*mount_name = NULL;
+	*fd = nx_sp_open_path(c->mountpoint, O_PATH | O_DIRECTORY);
+	if (*fd < 0) {
+		fprintf(stderr, PROG ": %s: %s\n", c->mountpoint,
+			nx_sp_why(errno));
 		return NULL;
 	}
-	abs = realpath(path, NULL);
-	if (!abs)
-		fprintf(stderr, PROG ": %s: %s\n", path, strerror(errno));
-	return abs;
+	path = nx_sp_fd_path(*fd);
+	if (path && c->auto_unmount && geteuid() == 0) {
+		fixed = nx_sp_path_fixed(*fd);
+		if (fixed == 1) {
+			*mount_name = strdup(path);
+		} else {
+			fprintf(stderr, PROG ": -o auto_unmount: fusermount3 "
+				"would look %s up again by name, and %s; mount "
+				"without auto_unmount, or where only root can "
+				"change the path\n", path, fixed < 0 ?
+				strerror(errno) : "users other than root can "
+				"change where it leads");
+			free(path);
+			return NULL;
+		}
+	} else if (path) {
+		*mount_name = nx_sp_mount_name(*fd, path);
+	}
+	if (!path || !*mount_name) {
+		fprintf(stderr, PROG ": %s: %s\n", c->mountpoint,
+			strerror(errno));
+		free(path);
+		return NULL;
+	}
+	return path;
 }
 
 /*
@@ -344,7 +404,7 @@ static char *checked_path(const char *path, int want_dir)
 static int decide_blkdev(struct cli *c, const char *device)
 {
 	struct stat st;
-	int isblk = stat(device, &st) == 0 && S_ISBLK(st.st_mode);
+	int isblk = nx_dev_stat(device, &st) == 0 && S_ISBLK(st.st_mode);
 
 	if (c->blkdev < 0)
 		c->blkdev = isblk && geteuid() == 0;
@@ -412,11 +472,14 @@ int main(int argc, char *argv[])
 	struct nx_fuse_config cfg;
 	struct nx_keep_spec keep;
 	struct cli c;
-	char *device = NULL, *mountpoint = NULL;
+	char *device = NULL, *mountpoint = NULL, *mount_name = NULL;
 	unsigned read_ahead_kb, every;
 	int status = NX_EXIT_USAGE, have_keep, have_snap_gid = 0;
+	int mount_fd = -1;
 	gid_t snap_gid = 0;
 
+	/* No volume name is opened but as safepath.h resolves it. */
+	nx_dev_set_resolver(nx_sp_open_volume);
 	memset(&c, 0, sizeof(c));
 	c.blkdev = -1;
 	if (fuse_opt_parse(&args, &c, cli_opts, opt_proc) != 0)
@@ -446,10 +509,10 @@ int main(int argc, char *argv[])
 			"MOUNTPOINT");
 		goto out;
 	}
-	device = checked_path(c.device, 0);
+	device = resolve_device(c.device);
 	if (!device)
 		goto out;
-	mountpoint = checked_path(c.mountpoint, 1);
+	mountpoint = resolve_mountpoint(&c, &mount_fd, &mount_name);
 	if (!mountpoint || decide_blkdev(&c, device) != 0)
 		goto out;
 	if (add_our_options(&args, &c, device) != 0) {
@@ -459,6 +522,8 @@ int main(int argc, char *argv[])
 	memset(&cfg, 0, sizeof(cfg));
 	cfg.device = device;
 	cfg.mountpoint = mountpoint;
+	cfg.mount_name = mount_name;
+	cfg.mount_fd = mount_fd;
 	cfg.rdonly = c.rdonly;
 	cfg.foreground = c.foreground;
 	cfg.singlethread = c.singlethread;
@@ -474,6 +539,10 @@ int main(int argc, char *argv[])
 	cfg.args = &args;
 	status = nx_fuse_main(&cfg);
 out:
+	/* Only now: libfuse has unmounted through MOUNT_NAME. */
+	if (mount_fd >= 0)
+		close(mount_fd);
+	free(mount_name);
 	free(device);
 	free(mountpoint);
 	free(c.device);

@@ -1,5 +1,8 @@
 /*
- * safepath.h - acting on paths that other users control (CLI layer).
+ * safepath.h - acting on paths that other users control.  Layer: fuse/
+ * (nextfs-fuse resolves its image and mountpoint here), used by cli/ too;
+ * it calls nothing of nextfs but nx_grow() (devname.h calls it, as its
+ * resolver).
  *
  * The nextfs tool is often run by root on paths below directories other
  * users own (a mount with allow_other that several users share).  Turning
@@ -7,17 +10,24 @@
  * lets the owner of any directory on the way swap it for a symbolic link
  * in between, and root then reads or writes wherever the link points.
  * So every command that acts on a path it was given resolves it once,
- * here, into open directories, and acts relative to those.
+ * here, into open directories or files, and acts relative to those.  The
+ * same goes for the images, devices and mountpoints the tools and
+ * nextfs-fuse are given (nx_sp_open_path).
  *
  * Contract:
  * - nx_sp_locate() walks a path from "/" (or the working directory) one
  *   component at a time with openat(O_PATH | O_NOFOLLOW).  A symbolic
- *   link is followed only when root or the caller owns it, and only
- *   outside the mount the path ends on (/var/run -> /run is followed; a
- *   link below the mountpoint of that mount never is, whoever made it).
- *   The result holds the mount's root and the directory that holds the
- *   last component open; the last component itself is not followed
- *   unless NX_SP_FOLLOW_LAST says so (then under the same rules).
+ *   link is followed only when root or the caller owns it, and never on
+ *   a FUSE mount, whose daemon says who owns its files (/var/run -> /run
+ *   is followed; a link below a nextfs mountpoint never is, whoever it
+ *   shows as its owner).  The result holds the mount's root and the
+ *   directory that holds the last component open; the last component
+ *   itself is not followed unless NX_SP_FOLLOW_LAST says so (then under
+ *   the same rule).
+ * - nx_sp_open_path() resolves a path the same way, following the last
+ *   component, and opens the file or directory it ends on: what was
+ *   resolved is what is held, and acted on through the descriptor (or
+ *   /proc/self/fd/N, devname.h) from then on.
  * - Below an open directory (nx_sp_open*, nx_sp_lstat), nothing is
  *   followed and the mount is never left: openat2() with RESOLVE_BENEATH
  *   | RESOLVE_NO_SYMLINKS | RESOLVE_NO_XDEV (a path longer than PATH_MAX
@@ -39,8 +49,8 @@
  *   being opened, EMEDIUMTYPE not on a FUSE mount (NX_SP_FUSE).  They
  *   print nothing; nx_sp_why() words an errno for a message.
  */
-#ifndef NEXTFS_CLI_SAFEPATH_H
-#define NEXTFS_CLI_SAFEPATH_H
+#ifndef NEXTFS_SAFEPATH_H
+#define NEXTFS_SAFEPATH_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -108,6 +118,55 @@ int nx_sp_open_parent(int dirfd, const char *rel, char **base);
 int nx_sp_open(int dirfd, const char *rel, int flags);
 int nx_sp_lstat(int dirfd, const char *rel, struct stat *st);
 
+/*
+ * PATH resolved (see the contract, NX_SP_FOLLOW_LAST) and what it ends on
+ * opened with FLAGS (O_NOFOLLOW added; with O_PATH a symbolic link that
+ * replaced it meanwhile is refused, ELOOP): a descriptor, or -1 with
+ * errno.  nx_sp_fd_path: where FD is now, as the kernel spells it
+ * (/proc/self/fd/N; for a mountpoint what mountinfo will say), malloced.
+ */
+int nx_sp_open_path(const char *path, int flags);
+char *nx_sp_fd_path(int fd);
+
+/*
+ * The volume NAME (an image file or a block device) resolved and opened
+ * O_PATH, for devname.h (nx_dev_set_resolver): a descriptor, or -1 with
+ * errno (EISDIR, ENOTBLK: neither a file nor a block device).
+ */
+int nx_sp_open_volume(const char *name);
+
+/*
+ * What to give libfuse's fuse_session_mount() to mount on the directory
+ * FD (named PATH), malloced.  For root "/proc/self/fd/FD": mount(2)
+ * follows it to that very directory whatever PATH leads to by now,
+ * mountinfo records where the directory is, and libfuse unmounts through
+ * the same name (keep FD open until then).  For other users PATH: their
+ * mount goes through fusermount3, which resolves it again under their
+ * own permissions (and refuses a /proc name).
+ */
+char *nx_sp_mount_name(int fd, const char *path);
+
+/*
+ * 1 if no one but root can make the path of the directory FD lead
+ * elsewhere: every directory above it is root's and writable by root
+ * alone (or sticky, and the entry in it root's), and none is on a FUSE
+ * mount.  For handing the path to a program that resolves it again
+ * (fusermount3).  0 if someone else can, -1 with errno.
+ */
+int nx_sp_path_fixed(int fd);
+
+/*
+ * The mount made on the directory DIRFD after DIRFD was opened (DIRFD then
+ * holds the directory underneath, on the mount below): the mount that
+ * mountinfo lists on DIRFD's mount at the path where DIRFD is now (the
+ * topmost, if several).  No name is looked up and nothing on that mount
+ * is opened, so its daemon is asked nothing.  Its device numbers and its
+ * type (TYPE: LEN bytes, "fuse.nextfs"); 0, or -1 with errno (ENOENT:
+ * nothing is mounted there).
+ */
+int nx_sp_mount_over(int dirfd, unsigned *major, unsigned *minor,
+		     char *type, size_t len);
+
 /* 0 if FD is on the mount MNT_ID and not the root of another, else -1
  * with EXDEV.  nx_sp_mount_id: FD's mount id. */
 int nx_sp_mount_id(int fd, uint64_t *mnt_id);
@@ -148,7 +207,7 @@ const char *nx_sp_why(int err);
  * file cannot be read.
  */
 struct nx_sp_mntent {
-	uint64_t id;
+	uint64_t id, parent;		/* the mount's id, its parent's */
 	unsigned major, minor;
 	const char *mnt, *type, *source;
 };

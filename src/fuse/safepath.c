@@ -23,7 +23,8 @@
 #include <sys/syscall.h>
 #include <sys/xattr.h>
 #include <linux/openat2.h>
-#include "safepath.h"
+#include "nextfs/grow.h"
+#include "nextfs/safepath.h"
 
 #define MAX_LINKS	40	/* as the kernel: ELOOP after 40 links */
 
@@ -49,8 +50,8 @@ static void unescape_mountinfo(char *s)
 }
 
 /*
- * Fields of a mountinfo line: 1 the mount id, 3 MAJ:MIN, 5 the
- * mountpoint; after the " - " separator the type and the source.
+ * Fields of a mountinfo line: 1 the mount id, 2 its parent's, 3 MAJ:MIN,
+ * 5 the mountpoint; after the " - " separator the type and the source.
  */
 static int parse_mountinfo(char *line, struct nx_sp_mntent *e)
 {
@@ -69,6 +70,8 @@ static int parse_mountinfo(char *line, struct nx_sp_mntent *e)
 			}
 		} else if (field == 1) {
 			ok = sscanf(tok, "%" SCNu64, &e->id) == 1;
+		} else if (field == 2) {
+			ok &= sscanf(tok, "%" SCNu64, &e->parent) == 1;
 		} else if (field == 3) {
 			ok &= sscanf(tok, "%u:%u", &e->major, &e->minor) == 2;
 		} else if (field == 5) {
@@ -123,6 +126,21 @@ static int match_id(void *priv, const struct nx_sp_mntent *e)
 	return 1;
 }
 
+/* 1 if the mount ID is a FUSE mount, 0 if not, -1 with errno. */
+static int on_fuse_mount(uint64_t id)
+{
+	struct by_id b = { .id = id };
+	int fuse = -1, rc = nx_sp_mountinfo_each(match_id, &b);
+
+	if (rc == 1 && b.type)
+		fuse = !strncmp(b.type, "fuse", 4);
+	else if (rc >= 0)	/* unmounted meanwhile, or out of memory */
+		errno = rc == 1 ? ENOMEM : ESTALE;
+	free(b.path);
+	free(b.type);
+	return fuse;
+}
+
 /* ------------------------------------------------------------------ */
 /* Mounts of descriptors                                               */
 
@@ -163,6 +181,53 @@ int nx_sp_mount_id(int fd, uint64_t *mnt_id)
 		return 0;
 	}
 	return fdinfo_mount_id(fd, mnt_id);	/* kernels before 5.8 */
+}
+
+struct over {
+	uint64_t parent;		/* the mount below */
+	const char *path;		/* where the directory is */
+	unsigned major, minor;
+	char *type;
+	size_t len;
+	int found;
+};
+
+static int match_over(void *priv, const struct nx_sp_mntent *e)
+{
+	struct over *o = priv;
+
+	if (e->parent == o->parent && !strcmp(e->mnt, o->path)) {
+		o->major = e->major;
+		o->minor = e->minor;
+		snprintf(o->type, o->len, "%s", e->type);
+		o->found = 1;
+	}
+	return 0;		/* go on: the last one listed is the topmost */
+}
+
+int nx_sp_mount_over(int dirfd, unsigned *major, unsigned *minor,
+		     char *type, size_t len)
+{
+	struct over o = { .type = type, .len = len };
+	char *path;
+	int rc = -1;
+
+	if (nx_sp_mount_id(dirfd, &o.parent))
+		return -1;
+	path = nx_sp_fd_path(dirfd);
+	if (!path)
+		return -1;
+	o.path = path;
+	if (nx_sp_mountinfo_each(match_over, &o) == 0) {
+		if (o.found)
+			rc = 0;
+		else
+			errno = ENOENT;
+	}
+	*major = o.major;
+	*minor = o.minor;
+	free(path);
+	return rc;
 }
 
 int nx_sp_on_mount(int fd, uint64_t mnt_id)
@@ -520,18 +585,17 @@ int nx_sp_lstat(int dirfd, const char *rel, struct stat *st)
 
 char *nx_sp_readlink(int dirfd, const char *name, size_t *len)
 {
-	size_t size = 256;
-	char *buf = NULL, *more;
+	size_t size = 0;
+	char *buf = NULL;
 	ssize_t n;
 
 	for (;;) {
-		more = realloc(buf, size);
-		if (!more) {
+		/* the first time 256 bytes, then twice as many */
+		if (nx_grow((void **)&buf, &size, size, 1, 256)) {
 			free(buf);
 			errno = ENOMEM;
 			return NULL;
 		}
-		buf = more;
 		n = readlinkat(dirfd, name, buf, size);
 		if (n < 0) {
 			free(buf);
@@ -539,7 +603,6 @@ char *nx_sp_readlink(int dirfd, const char *name, size_t *len)
 		}
 		if ((size_t)n < size)
 			break;
-		size *= 2;
 	}
 	buf[n] = 0;
 	if (len)
@@ -562,8 +625,7 @@ struct walker {
 	int cur;		/* O_PATH: the last step's directory */
 	struct step *s;
 	size_t n, cap;
-	uint64_t link_mnt[MAX_LINKS];	/* the mounts links were followed on */
-	int nlinks;
+	int nlinks;			/* links followed */
 };
 
 static void drop_step(struct walker *w)
@@ -592,16 +654,9 @@ static int push_step(struct walker *w, const char *name, int fd)
 	uint64_t id;
 	int e;
 
-	if (w->n == w->cap) {
-		size_t cap = w->cap ? 2 * w->cap : 16;
-		struct step *more = realloc(w->s, cap * sizeof(*more));
-
-		if (!more) {
-			errno = ENOMEM;
-			goto fail;
-		}
-		w->s = more;
-		w->cap = cap;
+	if (nx_grow((void **)&w->s, &w->cap, w->n, sizeof(*w->s), 16)) {
+		errno = ENOMEM;
+		goto fail;
 	}
 	if (fstat(fd, &st) < 0 || nx_sp_mount_id(fd, &id))
 		goto fail;
@@ -672,6 +727,23 @@ static int walk_up(struct walker *w)
 }
 
 /*
+ * The rule for symbolic links: one that root or the caller owns, on a
+ * mount whose owners are real.  On a FUSE mount a file's owner is what
+ * its daemon reports: on a nextfs mount, whoever made the image, or the
+ * caller with -o fakeroot; below any nextfs mountpoint, links are users'
+ * no matter what they show.  1 it may be followed, 0 not, -1 with errno.
+ */
+static int link_trusted(const struct stat *st, uint64_t mnt_id)
+{
+	int fuse;
+
+	if (st->st_uid != 0 && st->st_uid != geteuid())
+		return 0;
+	fuse = on_fuse_mount(mnt_id);
+	return fuse < 0 ? -1 : !fuse;
+}
+
+/*
  * The link FD (O_PATH) in the last step's directory: may it be followed?
  * Then the rest of the walk is its target and REST.  NULL with errno.
  */
@@ -680,13 +752,14 @@ static char *follow_link(struct walker *w, int fd, const struct stat *st,
 {
 	char *target, *todo = NULL;
 	size_t len;
+	int trusted = link_trusted(st, w->s[w->n - 1].mnt);
 
-	if ((st->st_uid != 0 && st->st_uid != geteuid()) ||
-	    w->nlinks == MAX_LINKS) {
-		errno = ELOOP;
+	if (trusted <= 0 || w->nlinks == MAX_LINKS) {
+		if (!trusted || w->nlinks == MAX_LINKS)
+			errno = ELOOP;
 		return NULL;
 	}
-	w->link_mnt[w->nlinks++] = w->s[w->n - 1].mnt;
+	w->nlinks++;
 	target = nx_sp_readlink(fd, "", &len);
 	if (!target)
 		return NULL;
@@ -809,19 +882,13 @@ static int walk_result(struct walker *w, char *base, int flags,
 {
 	struct by_id b = { 0 };
 	size_t k, i, len = 0;
-	int j, err = 0;
 	char *r;
 
 	for (k = w->n; k-- > 0 && w->s[k].root < 0;)
 		;
-	if (k == (size_t)-1)
-		err = EXDEV;		/* above our "/": not reachable */
-	for (j = 0; !err && j < w->nlinks; j++)
-		if (w->link_mnt[j] == w->s[k].mnt)
-			err = ELOOP;	/* followed below the mountpoint */
-	if (err) {
+	if (k == (size_t)-1) {
 		free(base);
-		errno = err;
+		errno = EXDEV;		/* above our "/": not reachable */
 		return -1;
 	}
 	/* A directory itself below the mount's root: name it from above. */
@@ -912,6 +979,134 @@ void nx_sp_place_free(struct nx_sp_place *p)
 	memset(p, 0, sizeof(*p));
 	p->mnt.fd = -1;
 	p->dirfd = -1;
+}
+
+int nx_sp_open_path(const char *path, int flags)
+{
+	struct nx_sp_place p;
+	struct stat st;
+	int fd, e;
+
+	if (nx_sp_locate(path, NX_SP_FOLLOW_LAST, &p))
+		return -1;
+	/* What the walk left of the path: nothing followed any more. */
+	if (p.base[0])
+		fd = openat(p.dirfd, p.base, flags | O_NOFOLLOW | O_CLOEXEC);
+	else
+		fd = openat(p.mnt.fd, ".", flags | O_CLOEXEC);
+	/* O_PATH | O_NOFOLLOW opens a link that appeared meanwhile. */
+	if (fd >= 0 && (flags & O_PATH) && fstat(fd, &st) == 0 &&
+	    S_ISLNK(st.st_mode)) {
+		close(fd);
+		fd = -1;
+		errno = ELOOP;
+	}
+	e = errno;
+	nx_sp_place_free(&p);
+	errno = e;
+	return fd;
+}
+
+int nx_sp_open_volume(const char *name)
+{
+	struct stat st;
+	int fd = nx_sp_open_path(name, O_PATH), e;
+
+	if (fd < 0 || fstat(fd, &st) < 0)
+		goto fail;
+	if (S_ISREG(st.st_mode) || S_ISBLK(st.st_mode))
+		return fd;
+	errno = S_ISDIR(st.st_mode) ? EISDIR : ENOTBLK;
+fail:
+	e = errno;
+	if (fd >= 0)
+		close(fd);
+	errno = e;
+	return -1;
+}
+
+char *nx_sp_fd_path(int fd)
+{
+	char proc[64];
+
+	snprintf(proc, sizeof(proc), "/proc/self/fd/%d", fd);
+	return nx_sp_readlink(AT_FDCWD, proc, NULL);
+}
+
+char *nx_sp_mount_name(int fd, const char *path)
+{
+	char *name = NULL;
+
+	if (geteuid() != 0)
+		return strdup(path);
+	if (asprintf(&name, "/proc/self/fd/%d", fd) < 0)
+		return NULL;
+	return name;
+}
+
+/*
+ * May someone other than root make the name of the directory CHILD in
+ * UP (both stat'ed) lead elsewhere?  Only who may rename in UP: its
+ * owner and, unless UP is sticky, whoever may write it; in a sticky
+ * directory also the entry's owner.
+ */
+static int others_may_rename(const struct stat *up, const struct stat *child)
+{
+	if (up->st_uid != 0)
+		return 1;
+	if (!(up->st_mode & (S_IWGRP | S_IWOTH)))
+		return 0;
+	return !(up->st_mode & S_ISVTX) || child->st_uid != 0;
+}
+
+int nx_sp_path_fixed(int fd)
+{
+	struct stat child, up;
+	uint64_t id, last_id = 0;
+	int cur, next, fixed = 1, fuse;
+
+	cur = openat(fd, ".", O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (cur < 0 || fstat(cur, &child) < 0)
+		goto fail;
+	for (;;) {
+		if (nx_sp_mount_id(cur, &id))
+			goto fail;
+		if (id != last_id) {
+			fuse = on_fuse_mount(id);
+			if (fuse < 0)
+				goto fail;
+			if (fuse) {
+				fixed = 0;	/* owners as a daemon says */
+				break;
+			}
+			last_id = id;
+		}
+		next = openat(cur, "..", O_PATH | O_DIRECTORY | O_CLOEXEC);
+		if (next < 0 || fstat(next, &up) < 0) {
+			if (next >= 0)
+				close(next);
+			goto fail;
+		}
+		close(cur);
+		cur = next;
+		if (up.st_dev == child.st_dev && up.st_ino == child.st_ino)
+			break;			/* "/" */
+		if (others_may_rename(&up, &child)) {
+			fixed = 0;
+			break;
+		}
+		child = up;
+	}
+	close(cur);
+	return fixed;
+fail:
+	if (cur >= 0) {
+		int e = errno;
+
+		close(cur);
+		errno = e;
+	}
+	return -1;
 }
 
 /* ------------------------------------------------------------------ */
@@ -1071,8 +1266,11 @@ const char *nx_sp_why(int err)
 	switch (err) {
 	case ELOOP:
 		return "a symbolic link on the way, which is not followed "
-		       "(it is below the mount's root, or another user owns "
-		       "it)";
+		       "(another user owns it, or it is on a FUSE mount such "
+		       "as a nextfs mount)";
+	case ENOTBLK:
+	case EISDIR:
+		return "not an image file or block device";
 	case EXDEV:
 		return "it leaves the mount (another mount or '..' on the "
 		       "way)";

@@ -1,0 +1,407 @@
+/*
+ * cmd_send.c - "nextfs send [-p PARENT] SOURCE NAME [-o FILE] [--json]":
+ * snapshot NAME as a btrfs send stream (send.h), the whole of it or only
+ * what changed since snapshot PARENT.
+ *
+ * SOURCE is an unmounted image (the delta and the data come from the
+ * snapshots' views) or the mountpoint of a nextfs-fuse volume: the daemon
+ * keeps serving, hands over the block-map delta it made on its own views
+ * (NX_IOC_DELTA_START with extents, mountdelta.c), and the data, targets
+ * and xattrs are read through MNT/.snapshots/NAME (and .../PARENT), which
+ * never change, so the live tree may be written meanwhile.  Only root
+ * and the user who mounted the volume get the delta (docs/security.md).
+ *
+ * The stream goes to FILE (made anew; removed again if the send fails)
+ * or to stdout, never to a terminal.  --json says on stderr what was
+ * sent (bytes, file data, commands, files).  --resume TOKEN (written by
+ * an interrupted "nextfs receive", sendstream.h) sends the rest of the
+ * stream of the pair the token names, and nothing if the token names
+ * another pair or does not fit the stream.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <et/com_err.h>
+#include "nextfs/nxioctl.h"
+#include "nextfs/safepath.h"
+#include "nextfs/send.h"
+#include "nextfs/snaptool.h"
+#include "cli.h"
+#include "output.h"
+
+struct send_args {
+	const char *source, *name, *parent, *out, *resume;
+	int json;
+};
+
+/* ------------------------------------------------------------------ */
+/* Reading the snapshots through the mount.                            */
+
+struct mount_reader {
+	struct nx_send_reader rd;	/* first: the reader is this */
+	int root[2];			/* .snapshots/PARENT, .snapshots/NAME */
+	int fd;				/* the file being read */
+	int fd_side;
+	ext2_ino_t fd_ino;
+};
+
+static errcode_t mr_pread(struct nx_send_reader *rd, int s, ext2_ino_t ino,
+			  const char *path, void *buf, size_t len,
+			  uint64_t off, size_t *got)
+{
+	struct mount_reader *mr = (struct mount_reader *)rd;
+	ssize_t n;
+
+	*got = 0;
+	if (mr->fd < 0 || mr->fd_side != s || mr->fd_ino != ino) {
+		if (mr->fd >= 0)
+			close(mr->fd);
+		mr->fd = nx_sp_open(mr->root[s], path + 1, O_RDONLY);
+		if (mr->fd < 0)
+			return errno;
+		mr->fd_side = s;
+		mr->fd_ino = ino;
+	}
+	while (*got < len) {
+		n = pread(mr->fd, (char *)buf + *got, len - *got,
+			  (off_t)(off + *got));
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return errno;
+		if (!n)
+			break;
+		*got += (size_t)n;
+	}
+	return 0;
+}
+
+static errcode_t mr_readlink(struct nx_send_reader *rd, int s,
+			     ext2_ino_t ino, const char *path, char **target)
+{
+	struct mount_reader *mr = (struct mount_reader *)rd;
+	char *base = NULL;
+	int dir = nx_sp_open_parent(mr->root[s], path + 1, &base);
+	errcode_t err = 0;
+
+	if (dir < 0)
+		return errno;
+	*target = nx_sp_readlink(dir, base, NULL);
+	if (!*target)
+		err = errno;
+	free(base);
+	close(dir);
+	return err;
+}
+
+static errcode_t mr_xattrs(struct nx_send_reader *rd, int s, ext2_ino_t ino,
+			   const char *path, struct nx_send_xattrs *out)
+{
+	struct mount_reader *mr = (struct mount_reader *)rd;
+	int fd = nx_sp_open(mr->root[s], path + 1, O_PATH);
+	char *list = NULL, *v;
+	size_t n = 0, i, len;
+	errcode_t err = 0;
+
+	if (fd < 0)
+		return errno;
+	list = nx_sp_listxattr(fd, &n);
+	if (!list)
+		err = errno == ENOTSUP ? 0 : errno;
+	for (i = 0; list && i < n && !err; i += strlen(list + i) + 1) {
+		v = nx_sp_getxattr(fd, list + i, &len);
+		if (!v) {
+			err = errno == ENODATA ? 0 : errno;
+			continue;
+		}
+		err = nx_send_xattrs_add(out, list + i, v, len);
+		free(v);
+	}
+	free(list);
+	close(fd);
+	return err;
+}
+
+/* ------------------------------------------------------------------ */
+
+static int open_output(const struct send_args *a)
+{
+	int fd;
+
+	if (!a->out) {
+		if (isatty(STDOUT_FILENO)) {
+			nx_cli_error("will not write a send stream to a "
+				     "terminal: use -o FILE or a pipe");
+			return -1;
+		}
+		return STDOUT_FILENO;
+	}
+	fd = open(a->out, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (fd < 0)
+		nx_cli_error("%s: %s", a->out, strerror(errno));
+	return fd;
+}
+
+static void report(const struct send_args *a, const struct nx_send_stats *st)
+{
+	struct nx_json j;
+
+	if (!a->json)
+		return;
+	nx_json_init(&j, stderr);
+	nx_json_open(&j, NULL, '{');
+	nx_json_str(&j, "snapshot", a->name);
+	if (a->parent)
+		nx_json_str(&j, "parent", a->parent);
+	nx_json_u64(&j, "bytes", st->bytes);
+	nx_json_u64(&j, "data_bytes", st->data_bytes);
+	nx_json_u64(&j, "commands", st->commands);
+	nx_json_u64(&j, "files", st->inodes);
+	nx_json_close(&j, '}');
+	nx_json_end(&j);
+}
+
+/*
+ * A token resumes only the stream of the pair it names: the snapshots'
+ * identities (their UUIDs and ctransids, as this volume has them) must
+ * be its.
+ */
+static int check_token(const struct send_args *a, struct nx_send_params *p,
+		       struct nx_ss_token *t)
+{
+	static const unsigned char none[NX_SS_UUID_LEN];
+
+	if (nx_ss_token_decode(a->resume, t)) {
+		nx_cli_error("not a resume token: %s", a->resume);
+		return -1;
+	}
+	if (t->version != NX_SS_VERSION_1 || t->ctransid != p->ctransid ||
+	    memcmp(t->uuid, p->uuid, NX_SS_UUID_LEN) ||
+	    t->parent_ctransid != (p->parent_id ? p->parent_ctransid : 0) ||
+	    memcmp(t->parent_uuid, p->parent_id ? p->parent_uuid : none,
+		   NX_SS_UUID_LEN)) {
+		nx_cli_error("the resume token is for another stream than "
+			     "%s%s%s of this volume", a->parent ? a->parent : "",
+			     a->parent ? " -> " : "", a->name);
+		return -1;
+	}
+	p->resume = t;
+	return 0;
+}
+
+/* Write the stream of DELTA read through RD; 0 or NX_CLI_FAIL. */
+static int write_stream(const struct send_args *a, const struct nx_delta *d,
+			struct nx_send_reader *rd, struct nx_send_params *p)
+{
+	static struct nx_ss_token tok;	/* p->resume points here */
+	struct nx_send_stats st;
+	char msg[512];
+	errcode_t err;
+
+	p->name = a->name;
+	if (a->resume && check_token(a, p, &tok))
+		return NX_CLI_FAIL;
+	p->fd = open_output(a);
+	if (p->fd < 0)
+		return NX_CLI_FAIL;
+	err = nx_send_stream(d, rd, p, &st, msg, sizeof(msg));
+	if (!err && a->out && fsync(p->fd) < 0)
+		err = errno;
+	if (a->out && close(p->fd) < 0 && !err)
+		err = errno;
+	if (err) {
+		nx_cli_error("%s", msg[0] ? msg : error_message(err));
+		if (a->out)
+			unlink(a->out);
+		return NX_CLI_FAIL;
+	}
+	report(a, &st);
+	return 0;
+}
+
+static int send_image(const struct send_args *a)
+{
+	struct nx_snapinfo info[2];
+	struct nx_send_params p;
+	struct nx_send_reader *rd = NULL;
+	struct nx_delta delta = { 0 };
+	struct nx_volume *vol;
+	char msg[512] = "";
+	int rc = NX_CLI_FAIL;
+	errcode_t err;
+
+	memset(&p, 0, sizeof(p));
+	if (nx_cli_open_image(a->source, &vol))
+		return NX_CLI_FAIL;
+	nx_volume_lock(vol);
+	if (nx_snap_find(vol, a->name, &info[1])) {
+		nx_cli_error("no snapshot named '%s'", a->name);
+		goto out;
+	}
+	if (a->parent && nx_snap_find(vol, a->parent, &info[0])) {
+		nx_cli_error("no snapshot named '%s'", a->parent);
+		goto out;
+	}
+	if (a->parent && nx_snap_name_index(vol, a->parent) >=
+			 nx_snap_name_index(vol, a->name)) {
+		nx_cli_error("snapshot '%s' is not older than '%s'", a->parent,
+			     a->name);
+		goto out;
+	}
+	p.id = info[1].id;
+	p.parent_id = a->parent ? info[0].id : 0;
+	err = nx_snap_identity(vol, &info[1], p.uuid, &p.ctransid);
+	if (!err && p.parent_id)
+		err = nx_snap_identity(vol, &info[0], p.parent_uuid,
+				       &p.parent_ctransid);
+	if (err) {
+		nx_cli_error("the identities of the snapshots: %s",
+			     error_message(err));
+		goto out;
+	}
+	err = nx_snap_delta(vol, p.parent_id, p.id, NX_DELTA_WANT_EXTENTS |
+			    (p.parent_id ? 0 : NX_DELTA_FULL), NULL, &delta,
+			    msg, sizeof(msg));
+	if (!err)
+		err = nx_send_view_reader(vol, p.parent_id, p.id, &rd);
+	if (err) {
+		nx_cli_error("%s", msg[0] ? msg : error_message(err));
+		goto out;
+	}
+	rc = write_stream(a, &delta, rd, &p);
+out:
+	nx_send_view_reader_free(rd);
+	nx_delta_free(&delta);
+	nx_volume_unlock(vol);
+	nx_volume_close(vol);
+	return rc;
+}
+
+/* .snapshots/NAME of the mount at ROOT, for reading. */
+static int open_snapshot(const char *mnt, int root, const char *name)
+{
+	char *rel = NULL;
+	int fd = -1;
+
+	if (nx_snap_name_check(name) == 0 &&
+	    asprintf(&rel, "%s/%s", NX_SNAPDIR_NAME, name) >= 0)
+		fd = nx_sp_open(root, rel, O_RDONLY | O_DIRECTORY);
+	else
+		errno = ENOENT;
+	if (fd < 0)
+		nx_cli_error("%s/%s/%s: %s", mnt, NX_SNAPDIR_NAME, name,
+			     errno == ENOENT ? "no such snapshot" :
+			     strerror(errno));
+	free(rel);
+	return fd;
+}
+
+/*
+ * The identity snapshot ID (NAME) of the mount at MNT has for replication
+ * (nxioctl.h; a received snapshot's is its sender's, which only the
+ * daemon can read), asked through FD: 0 or NX_CLI_FAIL after a message.
+ */
+static int mount_identity(int fd, const char *mnt, const char *name,
+			  uint32_t id, unsigned char uuid[16],
+			  uint64_t *ctransid)
+{
+	struct nx_ioc_snap_identity q;
+
+	memset(&q, 0, sizeof(q));
+	q.id = id;
+	if (ioctl(fd, NX_IOC_SNAP_IDENTITY, &q) < 0) {
+		nx_cli_error("%s: the identity of snapshot '%s': %s", mnt, name,
+			     errno == ENOTTY ? "the daemon does not tell it "
+			     "(an older version?)" : strerror(errno));
+		return NX_CLI_FAIL;
+	}
+	memcpy(uuid, q.uuid, sizeof(q.uuid));
+	*ctransid = q.ctransid;
+	return 0;
+}
+
+static int send_mount(const struct send_args *a)
+{
+	struct mount_reader mr = { .rd = { mr_pread, mr_readlink, mr_xattrs },
+				   .root = { -1, -1 }, .fd = -1 };
+	struct nx_delta delta = { 0 };
+	struct nx_send_params p;
+	struct nx_sp_place pl;
+	struct nx_ioc_snap q[2];
+	int pos[2] = { -1, 0 }, rc = NX_CLI_FAIL, s;
+
+	memset(&p, 0, sizeof(p));
+	if (nx_sp_locate(a->source, NX_SP_FUSE | NX_SP_FOLLOW_LAST, &pl)) {
+		nx_cli_error("%s: %s", a->source, nx_sp_why(errno));
+		return NX_CLI_FAIL;
+	}
+	if (pl.rel[0]) {
+		nx_cli_error("%s is not the mountpoint of a nextfs volume "
+			     "(it is below the one at %s)", a->source,
+			     pl.mnt.path);
+		goto out;
+	}
+	for (s = a->parent ? 0 : 1; s < 2; s++) {
+		const char *name = s ? a->name : a->parent;
+
+		mr.root[s] = open_snapshot(pl.mnt.path, pl.mnt.fd, name);
+		if (mr.root[s] < 0)
+			goto out;
+		if (nx_cli_snap_at(mr.root[s], name, &q[s], &pos[s])) {
+			nx_cli_error("%s: not a nextfs mount that can send",
+				     pl.mnt.path);
+			goto out;
+		}
+	}
+	if (a->parent && pos[0] >= pos[1]) {
+		nx_cli_error("snapshot '%s' is not older than '%s'", a->parent,
+			     a->name);
+		goto out;
+	}
+	p.id = q[1].id;
+	p.parent_id = a->parent ? q[0].id : 0;
+	if (mount_identity(mr.root[1], pl.mnt.path, a->name, p.id, p.uuid,
+			   &p.ctransid) ||
+	    (p.parent_id && mount_identity(mr.root[1], pl.mnt.path, a->parent,
+					   p.parent_id, p.parent_uuid,
+					   &p.parent_ctransid)))
+		goto out;
+	if (nx_cli_daemon_delta(mr.root[1], p.parent_id, p.id,
+				NX_IOC_DELTA_EXTENTS |
+				(p.parent_id ? 0 : NX_IOC_DELTA_FULL),
+				&delta)) {
+		nx_cli_error("%s: %s", pl.mnt.path, errno == EPERM ?
+			     "only root and the user who mounted the volume "
+			     "may send from it" : strerror(errno));
+		goto out;
+	}
+	rc = write_stream(a, &delta, &mr.rd, &p);
+out:
+	nx_delta_free(&delta);
+	if (mr.fd >= 0)
+		close(mr.fd);
+	for (s = 0; s < 2; s++)
+		if (mr.root[s] >= 0)
+			close(mr.root[s]);
+	nx_sp_place_free(&pl);
+	return rc;
+}
+
+int nx_cmd_send(struct nx_cli_args *a)
+{
+	struct send_args sa = {
+		.source = a->pos[0], .name = a->pos[1],
+		.parent = a->val[NX_OPT_PARENT], .out = a->val[NX_OPT_OUTPUT],
+		.resume = a->val[NX_OPT_RESUME], .json = a->opt[NX_OPT_JSON],
+	};
+	struct stat st;
+
+	if (stat(sa.source, &st) == 0 && S_ISDIR(st.st_mode))
+		return send_mount(&sa);
+	return send_image(&sa);
+}

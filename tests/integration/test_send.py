@@ -1,0 +1,397 @@
+#!/usr/bin/env python3
+"""nextfs send into a stock btrfs receive (real btrfs on a loop device).
+
+A chain: a full stream of the first snapshot, then 10 incremental ones,
+each after a seeded random workload of every kind of change send must
+carry (files and directories created, removed, renamed across
+directories, swapped, a file replaced by a directory of the same name,
+hard links added and removed, symlinks, device nodes, fifos, sockets,
+truncates up and down, sparse files, xattrs and POSIX ACLs, modes,
+owners, times, names with any bytes but '/').  After every step the
+snapshot btrfs received must equal the nextfs snapshot: names, types,
+modes, owners, sizes, content hashes, symlink targets, devices, hard-link
+groups, xattrs and mtimes.  Streams come from the mount while it is in
+use, and the last one also offline from the image (the same bytes).  An
+unprivileged user sends from their own mount.  Runs per flavour (ext2,
+ext3, ext4: the block maps differ).
+"""
+
+import hashlib
+import os
+import random
+import shutil
+import socket
+import stat
+import subprocess
+import tempfile
+
+import nxharness as nx
+import nxsnap
+from nxharness import NOBODY_UID as UID, NOGROUP_GID as GID
+
+STEPS = 10
+OPS = 30
+
+
+def tool(*args, user=None, **kw):
+    argv = [nx.tool_path()] + list(args)
+    if user:
+        argv = nx.as_user_argv(*user) + argv
+    return subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          stdin=subprocess.DEVNULL, **kw)
+
+
+def manifest(root):
+    """Everything send must carry, by path (bytes), from ROOT."""
+    out = {}
+    inodes = {}
+    root = os.fsencode(root)
+    def fail(e):
+        raise e
+    for dirpath, dirnames, filenames in os.walk(root, onerror=fail):
+        rel_dir = os.path.relpath(dirpath, root)
+        if dirpath == root:     # root's own, and unchanged by workloads
+            dirnames[:] = [d for d in dirnames if d != b'lost+found']
+        for name in [b''] + dirnames + filenames:
+            if dirpath == root and name in (b'.snapshots',):
+                continue
+            path = os.path.join(dirpath, name) if name else dirpath
+            rel = os.path.normpath(os.path.join(rel_dir, name))
+            st = os.lstat(path)
+            e = {'type': stat.S_IFMT(st.st_mode),
+                 'mode': stat.S_IMODE(st.st_mode),
+                 'owner': (st.st_uid, st.st_gid),
+                 'mtime': st.st_mtime_ns}
+            if stat.S_ISREG(st.st_mode):
+                with open(path, 'rb') as f:
+                    e['sha'] = hashlib.sha256(f.read()).hexdigest()
+                e['size'] = st.st_size
+                inodes.setdefault(st.st_ino, []).append(rel)
+            elif stat.S_ISLNK(st.st_mode):
+                e['target'] = os.readlink(path)
+            elif stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode):
+                e['rdev'] = st.st_rdev
+            if not stat.S_ISLNK(st.st_mode):
+                e['xattrs'] = sorted(
+                    (n, os.getxattr(path, n, follow_symlinks=False))
+                    for n in os.listxattr(path, follow_symlinks=False))
+            if rel == b'.':
+                del e['mtime']  # a snapshot view's root shows its take time
+            out[rel] = e
+    for paths in inodes.values():
+        for p in paths:
+            out[p]['links'] = sorted(paths)
+    return out
+
+
+def acl_xattr(uid, perm):
+    """A system.posix_acl_access value: owner, user UID, group, mask,
+    other."""
+    import struct
+    entries = [(0x01, 6, 0xffffffff), (0x02, perm, uid),
+               (0x04, 4, 0xffffffff), (0x10, 7, 0xffffffff),
+               (0x20, 4, 0xffffffff)]
+    return struct.pack('<I', 2) + b''.join(
+        struct.pack('<HHI', t, p, i) for t, p, i in entries)
+
+
+class Workload:
+    """Seeded random changes of every kind, below ROOT."""
+
+    NAMES = [b'a', b'b', b'dir', b'sub', b'x y', b'\xff\xfe', b'new\nline',
+             b'-dash', b'\\back', b'lost', b'f' * 200, b'data.bin']
+
+    def __init__(self, root, seed, priv=True):
+        self.priv = priv            # root: devices, chown
+        self.root = os.fsencode(root)
+        self.r = random.Random(seed)
+        self.n = 0
+
+    def entries(self):
+        dirs, files = [self.root], []
+        for dp, dn, fn in os.walk(self.root):
+            if dp == self.root:
+                dn[:] = [d for d in dn if d not in (b'.snapshots',
+                                                    b'lost+found')]
+            dirs += [os.path.join(dp, d) for d in dn]
+            files += [os.path.join(dp, f) for f in fn]
+        return dirs, files
+
+    def fresh(self, d):
+        self.n += 1
+        return os.path.join(d, self.r.choice(self.NAMES) + b'.%d' % self.n)
+
+    def data(self, n):
+        return bytes(self.r.getrandbits(8) for _ in range(min(n, 64))) * \
+            (n // 64 + 1)
+
+    def op(self):
+        r = self.r
+        dirs, files = self.entries()
+        d = r.choice(dirs)
+        regs = [f for f in files if stat.S_ISREG(os.lstat(f).st_mode)]
+        kind = r.randrange(20)
+        if kind == 0 or not files:
+            p = self.fresh(d)
+            with open(p, 'wb') as f:
+                f.write(self.data(r.choice([0, 10, 5000, 70000])))
+        elif kind == 1:
+            os.mkdir(self.fresh(d))
+        elif kind == 2 and regs:                   # overwrite inside
+            p = r.choice(regs)
+            size = os.path.getsize(p)
+            with open(p, 'r+b') as f:
+                f.seek(r.randrange(size + 1))
+                f.write(self.data(r.choice([1, 100, 9000])))
+        elif kind == 3 and regs:                   # truncate up or down
+            p = r.choice(regs)
+            os.truncate(p, r.choice([0, 1, 4095, 100000,
+                                     os.path.getsize(p) // 2]))
+        elif kind == 4:                            # sparse: data, hole, data
+            p = self.fresh(d)
+            with open(p, 'wb') as f:
+                f.write(b'head')
+                f.seek(r.choice([65536, 300000]))
+                f.write(b'tail')
+        elif kind == 5:
+            os.unlink(r.choice(files))
+        elif kind == 6:                            # rename, maybe across
+            src = r.choice(files + dirs[1:])
+            dst = self.fresh(r.choice(dirs))
+            if not dst.startswith(src + b'/'):
+                os.rename(src, dst)
+        elif kind == 7 and len(files) > 1:         # swap a <-> b
+            a, b = r.sample(files, 2)
+            tmp = os.path.join(self.root, b'.swap')
+            os.rename(a, tmp)
+            os.rename(b, a)
+            os.rename(tmp, b)
+        elif kind == 8 and regs:                   # file -> dir, same name
+            p = r.choice(regs)
+            os.unlink(p)
+            os.mkdir(p)
+        elif kind == 9 and regs:                   # hard link added
+            os.link(r.choice(regs), self.fresh(d))
+        elif kind == 10:
+            os.symlink(r.choice([b'a', b'../x', b'/abs/target',
+                                 b'\xff' * 300]), self.fresh(d))
+        elif kind == 11:
+            if self.priv:
+                os.mknod(self.fresh(d), stat.S_IFCHR | 0o640,
+                         os.makedev(1, 3))
+            os.mkfifo(self.fresh(d), 0o600)
+        elif kind == 12:
+            p = self.fresh(d)
+            if len(p) < 100:
+                s = socket.socket(socket.AF_UNIX)
+                s.bind(p)
+                s.close()
+        elif kind == 13 and regs:
+            p = r.choice(regs)
+            if r.randrange(2):
+                os.setxattr(p, b'user.k%d' % r.randrange(3),
+                            self.data(r.choice([1, 300])))
+            else:
+                for n in os.listxattr(p):
+                    if n.startswith('user.'):
+                        os.removexattr(p, n)
+                        break
+        elif kind == 14 and regs:
+            os.setxattr(r.choice(regs), 'system.posix_acl_access',
+                        acl_xattr(1000 + r.randrange(3), 4))
+        elif kind == 15:
+            p = r.choice(files + dirs[1:]) if files else d
+            if os.path.isdir(p):        # still ours to write into
+                os.chmod(p, r.choice([0o700, 0o755, 0o1777, 0o2750]))
+            elif not os.path.islink(p):
+                os.chmod(p, r.choice([0o600, 0o644, 0o755, 0o4755, 0o1777,
+                                      0o2750]))
+        elif kind == 16 and self.priv:
+            p = r.choice(files + dirs)
+            os.chown(p, r.choice([0, 1000, 65534]), r.choice([0, 100]),
+                     follow_symlinks=False)
+        elif kind == 17:
+            p = r.choice(files + dirs)
+            t = r.randrange(10**9, 2 * 10**9) * 10**9 + r.randrange(10**9)
+            os.utime(p, ns=(t, t), follow_symlinks=False)
+        elif kind == 18 and len(dirs) > 2:         # directory swap
+            a, b = r.sample(dirs[1:], 2)
+            if not a.startswith(b + b'/') and not b.startswith(a + b'/'):
+                tmp = os.path.join(self.root, b'.dswap')
+                os.rename(a, tmp)
+                os.rename(b, a)
+                os.rename(tmp, b)
+        elif regs:                                 # append
+            with open(r.choice(regs), 'ab') as f:
+                f.write(self.data(r.choice([1, 5000])))
+
+    def run(self, n):
+        for _ in range(n):
+            self.op()
+
+
+def crc32c(data, crc=0xffffffff):
+    for b in data:
+        crc ^= b
+        for _ in range(8):
+            crc = (crc >> 1) ^ (0x82f63b78 if crc & 1 else 0)
+    return crc ^ 0xffffffff
+
+
+def commands(stream):
+    """[(index, offset, prefix hash before it, bytes)] of a send stream."""
+    h = 1469598103934665603
+
+    def fnv(h, b):
+        for x in b:
+            h = ((h ^ x) * 1099511628211) & (2**64 - 1)
+        return h
+    h = fnv(h, stream[:17])
+    off, out = 17, []
+    while off < len(stream):
+        n = int.from_bytes(stream[off:off + 4], 'little')
+        out.append((len(out), off, h, stream[off:off + 10 + n]))
+        h = fnv(h, stream[off:off + 10])
+        off += 10 + n
+    return out
+
+
+def struct_cmd(cmd):
+    return int.from_bytes(cmd[4:6], 'little')
+
+
+def token(first, parent_first, index, offset, h):
+    """A resume token (sendstream.h) for the stream whose first command
+    is FIRST (SUBVOL or SNAPSHOT: its UUIDs and ctransids)."""
+    import base64
+    import struct
+
+    def attrs(cmd):
+        a, off = {}, 10
+        while off < len(cmd):
+            t, n = struct.unpack_from('<HH', cmd, off)
+            a[t] = cmd[off + 4:off + 4 + n]
+            off += 4 + n
+        return a
+    a = attrs(first)
+    raw = (b'nxr1' + struct.pack('<I', 1) + a[1] + a[2] +
+           a.get(20, bytes(16)) + a.get(21, bytes(8)) +
+           struct.pack('<QQQ', index, offset, h))
+    raw += struct.pack('<I', crc32c(raw))
+    return base64.urlsafe_b64encode(raw).rstrip(b'=').decode()
+
+
+class SendTest(nx.NxTestCase):
+
+    def setUp(self):
+        super().setUp()
+        self.need_root()
+        self.need_fuse_daemon()
+        if not shutil.which('btrfs') or not shutil.which('mkfs.btrfs'):
+            self.skipTest('btrfs-progs is not installed')
+        self.bt = os.path.join(self.work, 'btrfs')
+        os.mkdir(self.bt)
+        img = os.path.join(self.work, 'btrfs.img')
+        with open(img, 'wb') as f:
+            f.truncate(256 << 20)
+        nx.run(['mkfs.btrfs', '-q', '-f', img])
+        p = subprocess.run(['mount', '-o', 'loop', img, self.bt],
+                           stderr=subprocess.PIPE, text=True)
+        if p.returncode:
+            self.skipTest('cannot loop-mount btrfs: %s' % p.stderr.strip())
+        self.addCleanup(subprocess.run, ['umount', self.bt])
+
+    def receive(self, stream):
+        p = subprocess.run(['btrfs', 'receive', self.bt], input=stream,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.assertEqual(p.returncode, 0, p.stderr.decode())
+
+    def send(self, *args, user=None):
+        p = tool('send', *args, user=user)
+        self.assertEqual(p.returncode, 0, p.stderr.decode())
+        return p.stdout
+
+    def assertSame(self, m, name, user=None):
+        where = nxsnap.snap_dir(m, name)
+        want = nx.run_as(*user, manifest, where) if user else \
+            manifest(where)
+        got = manifest(os.path.join(self.bt, name))
+        for path in sorted(set(want) | set(got)):
+            self.assertEqual(got.get(path), want.get(path),
+                             'snapshot %s, %r' % (name, path))
+
+    def test_chain_into_btrfs(self):
+        seed = self.seed()
+        img = self.make_image('96M')
+        with self.mounted(img, check=False) as m:
+            w = Workload(m.path, seed)
+            w.run(OPS)
+            os.mkdir(nxsnap.snap_dir(m, 's0'))
+            self.receive(self.send(m.path, 's0'))
+            self.assertSame(m, 's0')
+            for i in range(1, STEPS + 1):
+                w.run(OPS)
+                os.mkdir(nxsnap.snap_dir(m, 's%d' % i))
+                w.run(3)        # the live tree changes while we send
+                self.receive(self.send('-p', 's%d' % (i - 1), m.path,
+                                       's%d' % i))
+                self.assertSame(m, 's%d' % i)
+            last = self.send('-p', 's%d' % (STEPS - 1), m.path,
+                             's%d' % STEPS)
+        # offline, from the image: the same stream
+        off = self.send('-p', 's%d' % (STEPS - 1), img, 's%d' % STEPS)
+        self.assertEqual(off, last)
+        self.assertEqual(tool('check', '--views', img).returncode, 0)
+        self.assertEqual(nxsnap.fsck_masked(img)[0], 0)
+
+    def test_resume(self):
+        """send --resume TOKEN: the rest of the stream the token names,
+        after the header, the first command and RESUME; a token of
+        another pair, or one that does not fit the stream, sends nothing.
+        """
+        img = self.make_image('64M')
+        with self.mounted(img, check=False) as m:
+            w = Workload(m.path, 3)
+            w.run(20)
+            os.mkdir(nxsnap.snap_dir(m, 'a'))
+            w.run(20)
+            os.mkdir(nxsnap.snap_dir(m, 'b'))
+            whole = self.send('-p', 'a', m.path, 'b')
+            cmds = commands(whole)
+            self.assertGreater(len(cmds), 6)
+            i, off, h, _ = cmds[len(cmds) // 2]
+            tok = token(cmds[0][3], None, i, off, h)
+            rest = self.send('-p', 'a', m.path, 'b', '--resume', tok)
+            got = commands(rest)
+            self.assertEqual(got[0][3], cmds[0][3])
+            self.assertEqual(struct_cmd(got[1][3]), 0x4e58)    # RESUME
+            self.assertEqual([c[3] for c in got[2:]],
+                             [c[3] for c in cmds[i:]])
+            out = os.path.join(self.work, 'out')
+            for args in (('a', 'b', token(cmds[0][3], None, i, off,
+                                          h ^ 1)),      # another stream
+                         (None, 'a', tok)):             # another pair
+                argv = (['-p', args[0]] if args[0] else []) + [
+                    m.path, args[1], '--resume', args[2], '-o', out]
+                p = tool('send', *argv)
+                self.assertEqual(p.returncode, 1, p.stderr)
+                self.assertIn(b'resume token', p.stderr)
+                self.assertFalse(os.path.exists(out))
+
+    def test_user_sends_from_own_mount(self):
+        img, udir = self.make_user_image(UID, GID)
+        with self.mounted(img, user=(UID, GID), workdir=udir,
+                          check=False) as m:
+            nx.run_as(UID, GID, Workload(m.path, 7, False).run, 20)
+            nx.run_as(UID, GID, os.mkdir, nxsnap.snap_dir(m, 'u0'))
+            full = self.send(m.path, 'u0', user=(UID, GID))
+            nx.run_as(UID, GID, Workload(m.path, 8, False).run, 20)
+            nx.run_as(UID, GID, os.mkdir, nxsnap.snap_dir(m, 'u1'))
+            inc = self.send('-p', 'u0', m.path, 'u1', user=(UID, GID))
+            self.receive(full)
+            self.receive(inc)
+            self.assertSame(m, 'u1', user=(UID, GID))
+
+
+if __name__ == '__main__':
+    nx.main()
