@@ -23,7 +23,6 @@
 #include <sys/stat.h>
 #include "nextfs/dir.h"
 #include "nextfs/inode.h"
-#include "nextfs/nxioctl.h"
 #include "nextfs/snaptool.h"
 #include "nextfs/xattr.h"
 #include "repl_internal.h"
