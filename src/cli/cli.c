@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <et/com_err.h>
 #include "nextfs/devname.h"
+#include "nextfs/fdio.h"
 #include "nextfs/open.h"
 #include "nextfs/safepath.h"
 #include "nextfs/volume.h"
@@ -54,24 +55,11 @@ void nx_cli_human_size(uint64_t bytes, char *buf, size_t len)
 
 int nx_cli_pwrite_all(int fd, const void *buf, size_t len, off_t off)
 {
-	const char *p = buf;
-	ssize_t n;
+	errcode_t err = nx_write_all(fd, buf, len, off, NULL);
 
-	while (len) {
-		n = pwrite(fd, p, len, off);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0)
-			return -1;
-		if (n == 0) {
-			errno = EIO;	/* nothing written, no reason given */
-			return -1;
-		}
-		p += n;
-		len -= (size_t)n;
-		off += n;
-	}
-	return 0;
+	if (err)
+		errno = (int)err;
+	return err ? -1 : 0;
 }
 
 /* ------------------------------------------------------------------ */

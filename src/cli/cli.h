@@ -40,7 +40,7 @@
 void nx_cli_error(const char *fmt, ...)
 	__attribute__((format(printf, 1, 2)));
 void nx_cli_human_size(uint64_t bytes, char *buf, size_t len);
-/* All LEN bytes of BUF to FD at OFF (a short write goes on): 0, or -1
+/* All LEN bytes of BUF to FD at OFF (nx_write_all, fdio.h): 0, or -1
  * with errno. */
 int nx_cli_pwrite_all(int fd, const void *buf, size_t len, off_t off);
 

@@ -12,8 +12,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 #include "nextfs/crc32c.h"
+#include "nextfs/fdio.h"
 #include "nextfs/sendstream.h"
 
 /* ------------------------------------------------------------------ */
@@ -703,23 +703,13 @@ void nx_ss_enc_consume(struct nx_ss_enc *e, size_t n)
 
 errcode_t nx_ss_enc_flush(struct nx_ss_enc *e, int fd)
 {
-	size_t done = 0, want = complete_bytes(e);
+	size_t done;
+	errcode_t err = nx_write_all(fd, e->buf, complete_bytes(e), NX_FD_POS,
+				     &done);
 
-	while (done < want) {
-		ssize_t n = write(fd, e->buf + done, want - done);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0) {
-			errcode_t err = n < 0 ? errno : EIO;
-
-			nx_ss_enc_consume(e, done);
-			return err;
-		}
-		done += (size_t)n;
-	}
+	/* What went out is gone, also when the write failed part way. */
 	nx_ss_enc_consume(e, done);
-	return 0;
+	return err;
 }
 
 errcode_t nx_ss_enc_resume(struct nx_ss_enc *e, uint64_t index,
