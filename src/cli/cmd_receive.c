@@ -19,6 +19,7 @@
 #include <sys/ioctl.h>
 #include <unistd.h>
 #include <et/com_err.h>
+#include "nextfs/grow.h"
 #include "nextfs/inode.h"
 #include "nextfs/nxioctl.h"
 #include "nextfs/open.h"
@@ -413,15 +414,11 @@ static int read_first(int fd, const char *what, char **buf, size_t *len)
 	while (rc == NX_SS_MORE && !stop_signal) {
 		ssize_t n;
 
-		if (*len == cap) {
-			char *more = cap < (8U << 20) ? realloc(*buf, 2 * cap) :
-				     NULL;
-
-			if (!more)
-				break;	/* the receive will say why */
-			*buf = more;
-			cap *= 2;
-		}
+		/* 8 MiB without a whole first command (or no memory for
+		 * more): the receive will say what is wrong. */
+		if (*len == cap && (cap >= (8U << 20) ||
+				    nx_grow((void **)buf, &cap, *len, 1, 65536)))
+			break;
 		n = read(fd, *buf + *len, cap - *len);
 		if (n < 0 && errno == EINTR)
 			continue;

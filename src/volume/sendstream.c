@@ -14,6 +14,7 @@
 #include <string.h>
 #include "nextfs/crc32c.h"
 #include "nextfs/fdio.h"
+#include "nextfs/grow.h"
 #include "nextfs/sendstream.h"
 
 /* ------------------------------------------------------------------ */
@@ -557,21 +558,10 @@ void nx_ss_enc_free(struct nx_ss_enc *e)
 
 static errcode_t room(struct nx_ss_enc *e, size_t n)
 {
-	size_t cap;
-	unsigned char *more;
-
 	if (e->err)
 		return e->err;
-	if (e->cap - e->len >= n)
-		return 0;
-	cap = e->cap ? e->cap : 4096;
-	while (cap - e->len < n)
-		cap *= 2;
-	more = realloc(e->buf, cap);
-	if (!more)
+	if (nx_grow_by((void **)&e->buf, &e->cap, e->len, n, 1, 4096))
 		return e->err = ENOMEM;
-	e->buf = more;
-	e->cap = cap;
 	return 0;
 }
 
