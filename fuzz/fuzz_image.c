@@ -1,6 +1,6 @@
 /*
  * fuzz_image.c - libFuzzer harness: mutated images opened the way a
- * mount opens them (nx_volume_open read-only) and browsed, live tree and
+ * mount opens them (nx_open_volume read-only) and browsed, live tree and
  * every snapshot; or, with the flags byte's FZ_FLAG_RW, opened read-write
  * (journal replay, orphans, copy-on-write), browsed, written to a little,
  * closed, and opened again (nxb_rw_session).  See README.md.

@@ -30,6 +30,7 @@
 #include "nextfs/crc32c.h"
 #include "nextfs/dir.h"
 #include "nextfs/inode.h"
+#include "nextfs/open.h"
 #include "nextfs/receive.h"
 #include "nextfs/sendstream.h"
 #include "nextfs/snapshot.h"
@@ -90,7 +91,7 @@ static int receive(const unsigned char *s, size_t len, int flags, int piece,
 	size_t off = 0;
 	int rc;
 
-	if (nx_volume_open(path, 0, &vol, msg, sizeof(msg)))
+	if (nx_open_volume(path, 0, &vol, msg, sizeof(msg)))
 		die(msg);
 	env = (struct nx_recv_env){ release, take, NULL, vol };
 	nx_volume_lock(vol);
@@ -123,7 +124,7 @@ static void check(int rc, int resumable)
 	ext2_ino_t park;
 	int pending;
 
-	if (nx_volume_open(path, 0, &vol, msg, sizeof(msg))) {
+	if (nx_open_volume(path, 0, &vol, msg, sizeof(msg))) {
 		fprintf(stderr, "violation: the volume does not open again: %s\n",
 			msg);
 		abort();

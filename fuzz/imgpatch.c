@@ -17,6 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include <et/com_err.h>
+#include "nextfs/open.h"
 #include "nextfs/snapshot.h"
 #include "snap_internal.h"
 #include "fzjournal.h"
@@ -480,7 +481,7 @@ errcode_t fz_base_load(const char *path, struct fz_base *b, char *msg,
 		return errno;
 	}
 	snprintf(dev, sizeof(dev), "/proc/self/fd/%d", b->fd);
-	err = nx_volume_open(dev, NX_VOL_RDONLY, &b->vol, msg, msglen);
+	err = nx_open_volume(dev, NX_VOL_RDONLY, &b->vol, msg, msglen);
 	if (err)
 		return err;
 	b->bs = b->vol->fs->blocksize;

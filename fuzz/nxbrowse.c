@@ -21,6 +21,7 @@
 #include "nextfs/dir.h"
 #include "nextfs/file.h"
 #include "nextfs/inode.h"
+#include "nextfs/open.h"
 #include "nextfs/perm.h"
 #include "nextfs/snapshot.h"
 #include "nextfs/xattr.h"
@@ -404,11 +405,11 @@ int nxb_open_and_browse(const char *path, struct nxb_stats *st)
 	errcode_t err;
 
 	memset(st, 0, sizeof(*st));
-	err = nx_volume_open(path, NX_VOL_RDONLY, &vol, st->open_msg,
+	err = nx_open_volume(path, NX_VOL_RDONLY, &vol, st->open_msg,
 			     sizeof(st->open_msg));
 	st->open_err = err;
 	if (err) {
-		note_err(&w, err, "nx_volume_open");
+		note_err(&w, err, "nx_open_volume");
 		st->errors--;		/* a refusal is the expected outcome */
 		return st->violations ? -1 : 0;
 	}
@@ -649,9 +650,9 @@ static struct nx_volume *rw_open(const char *path, struct nxb_stats *st,
 	struct nxb_walk w = { .st = st };
 	struct nx_volume *vol = NULL;
 
-	*err = nx_volume_open(path, 0, &vol, msg, msglen);
+	*err = nx_open_volume(path, 0, &vol, msg, msglen);
 	if (*err) {
-		note_err(&w, *err, "nx_volume_open");
+		note_err(&w, *err, "nx_open_volume");
 		st->errors--;		/* a refusal is an expected outcome */
 		return NULL;
 	}

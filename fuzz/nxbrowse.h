@@ -30,7 +30,7 @@ struct nxb_stats {
 	unsigned long odd_names;	/* entry names with NUL or '/' inside */
 	unsigned long violations;	/* contract breaches (see nxbrowse.c) */
 	char violation[160];		/* the first one, for the report */
-	errcode_t open_err;		/* nx_volume_open() result */
+	errcode_t open_err;		/* nx_open_volume() result */
 	char open_msg[256];		/* its message */
 	/* read-write sessions (nxb_rw_session) */
 	int rw;				/* this was a read-write session */
@@ -57,7 +57,7 @@ void nxb_walk(struct nx_volume *vol, struct nxb_stats *st);
 void nxb_browse(struct nx_volume *vol, struct nxb_stats *st);
 
 /*
- * nx_volume_open(PATH, NX_VOL_RDONLY), browse, close.  Returns 0 when the
+ * nx_open_volume(PATH, NX_VOL_RDONLY), browse, close.  Returns 0 when the
  * image was refused cleanly or browsed to the end with only clean errors,
  * -1 when something the caller should treat as a bug was seen
  * (a contract violation: an error code that is neither errno nor
@@ -67,7 +67,7 @@ void nxb_browse(struct nx_volume *vol, struct nxb_stats *st);
 int nxb_open_and_browse(const char *path, struct nxb_stats *st);
 
 /*
- * What a mount does read-write, twice: nx_volume_open(PATH, 0) (which
+ * What a mount does read-write, twice: nx_open_volume(PATH, 0) (which
  * replays the journal, frees orphans, attaches snapshots, starts
  * transactions), browse, a small bounded write workload (create + 8 KiB
  * write, mkdir, a file unlinked while still open so that it stays an

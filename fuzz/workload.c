@@ -43,6 +43,7 @@
 #include "nextfs/faults.h"
 #include "nextfs/file.h"
 #include "nextfs/inode.h"
+#include "nextfs/open.h"
 #include "nextfs/snapshot.h"
 #include "nextfs/xattr.h"
 #include "fzjournal.h"
@@ -440,7 +441,7 @@ static int run(const char *image, char **steps, int nsteps, int mark,
 	errcode_t err;
 	int i;
 
-	err = nx_volume_open(image, 0, &vol, msg, sizeof(msg));
+	err = nx_open_volume(image, 0, &vol, msg, sizeof(msg));
 	if (err) {
 		fprintf(stderr, "nextfs-fuzz-workload: %s\n",
 			msg[0] ? msg : error_message(err));

@@ -1,5 +1,6 @@
 /*
  * blkio.h - the nextfs block I/O layer under libext2fs.
+ * Layer: volume/ (the bottom: calls nothing above it).
  *
  * Contract: nx_blkio_manager is a libext2fs io_manager that reads and
  * writes the volume with pread/pwrite (no hidden write-back cache, so

@@ -1,6 +1,7 @@
 /*
  * bytechan.h - open a libext2fs file system on a device made of two
  * byte-range callbacks.
+ * Layer: volume/ (the bottom: calls nothing above it).
  *
  * Contract: nx_bytechan_open_fs() opens a file system whose every block
  * read (and write, if OPS->write is set) becomes OPS->read/OPS->write

@@ -1,5 +1,6 @@
 /*
  * crc32c.h - the CRC32C behind every metadata checksum, in hardware.
+ * Layer: volume/ (the bottom: calls nothing above it).
  *
  * Contract: nextfs defines ext2fs_crc32c_le() for the whole process.
  * With metadata_csum, libext2fs checksums every inode, extent block,
@@ -15,7 +16,7 @@
  * random overwrites under a snapshot (each rewrites extent leaves).
  *
  * nx_crc32c_init() picks the implementation (idempotent, thread-safe;
- * nx_volume_open() calls it, which also keeps this file in every binary
+ * nx_open_volume() calls it, which also keeps this file in every binary
  * that opens a volume).  nx_crc32c_name() says which one runs.
  * nx_crc32c_use() replaces it and returns the previous one: for tests
  * only, which prove with it that libext2fs really calls through here.

@@ -1,6 +1,7 @@
 /*
  * delta.h - what changed between two trees of a volume, per inode: the
- * one classifier behind "nextfs diff" and "nextfs send" (layer: snap/).
+ * one classifier behind "nextfs diff" and "nextfs send".
+ * Layer: snap/ (calls fs/ and volume/).
  *
  * Contract:
  * - A source lists the trees (0: old, 1: new) and says what each inode

@@ -2,6 +2,7 @@
  * dir.h - the namespace: lookup, readdir and every operation that adds,
  * removes or moves names (mknod, mkdir, symlink, link, unlink, rmdir,
  * rename with RENAME_NOREPLACE/RENAME_EXCHANGE) plus readlink.
+ * Layer: fs/ (calls volume/).
  *
  * Contract: names are validated (empty, '/', longer than 255 bytes ->
  * ENAMETOOLONG; never a corrupt dirent).  Permission checks follow the

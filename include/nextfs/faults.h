@@ -1,5 +1,6 @@
 /*
  * faults.h - fault injection under the block I/O layer (tests only).
+ * Layer: volume/ (the bottom: calls nothing above it).
  *
  * Contract: a struct nx_faults plan, attached to a volume's nx_blkio with
  * nx_blkio_set_faults() or taken from the NEXTFS_FAULTS environment

@@ -1,6 +1,7 @@
 /*
  * file.h - the file data path: read, write, truncate, fallocate, SEEK_DATA
  * and SEEK_HOLE, fsync.
+ * Layer: fs/ (calls volume/).
  *
  * Contract: reads and writes are served as large contiguous device I/O
  * (runs of physically contiguous blocks are one request), holes and
@@ -9,9 +10,9 @@
  * files.  Write and size-changing calls update i_size, i_blocks, mtime
  * and ctime as ext4 does.  On ENOSPC a write stores what fits (short
  * write) and the volume stays consistent; nothing already written is
- * lost.  Every overwrite of an already-mapped block goes through one
- * function in file.c (prepare_overwrite) so that the snapshot layer can
- * move the old block away first.  The caller holds the volume lock.
+ * lost.  Every overwrite of an already-mapped block asks the volume's
+ * overwrite policy first (overwrite.h: the snapshot layer may move the
+ * old block away).  The caller holds the volume lock.
  */
 #ifndef NEXTFS_FILE_H
 #define NEXTFS_FILE_H

@@ -1,5 +1,6 @@
 /*
  * fuse_ops.h - the FUSE front end of nextfs (libfuse3 low-level API).
+ * Layer: fuse/ (calls every layer below).
  *
  * Contract: FUSE node ids are inode numbers (FUSE_ROOT_ID <-> ext2 inode
  * 2, everything else identity), never paths; the generation is
@@ -40,7 +41,7 @@
 /* Exit status of nextfs-fuse. */
 #define NX_EXIT_OK		0	/* unmounted, volume closed clean */
 #define NX_EXIT_USAGE		1	/* bad arguments, mount or close error */
-#define NX_EXIT_REFUSED		2	/* nx_volume_open() refused the volume */
+#define NX_EXIT_REFUSED		2	/* nx_open_volume() refused the volume */
 
 /*
  * The largest read the kernel sends.  Replies are spliced (zero copy)
@@ -109,7 +110,7 @@ struct nx_fuse {
 	struct timespec root_mtime;	/* views: the take time, shown on "/" */
 	int hides_snapdir;		/* "/" holds a real /.snapshots */
 	struct nx_fuse **views;		/* live: one per snapshot id browsed */
-	size_t nviews;
+	size_t nviews, capviews;
 	struct nx_periodic *committer;	/* live rw: the commit timer */
 	struct nx_timer *timer;		/* live rw: timed snapshots */
 	/*

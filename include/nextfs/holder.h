@@ -1,5 +1,6 @@
 /*
  * holder.h - who holds a volume, and how to wait for one that lets go.
+ * Layer: volume/ (the bottom: calls nothing above it).
  *
  * Contract: whoever opens a volume holds it until everything it wrote is
  * durable.  nx_lock_device() takes an advisory lock on the image or

@@ -1,5 +1,6 @@
 /*
  * idmap.h - "-o fakeroot": the mounting user acts as the volume's root.
+ * Layer: fuse/ (calls every layer below).
  *
  * Contract: with the map on, user id 0 and the mounting user's id trade
  * places between the volume and the kernel, and so do group 0 and the

@@ -1,8 +1,9 @@
 /*
  * image.h - a snapshot as a standalone ext2/3/4 block image: the one
  * engine behind "nextfs export", the image files of a mount
- * (MNT/.snapshot-images/NAME) and "nextfs export --since" (snap layer;
- * docs/design.md P2, P18; docs/snapshots.md, "Snapshots as images").
+ * (MNT/.snapshot-images/NAME) and "nextfs export --since"
+ * (docs/design.md P2, P18; docs/snapshots.md, "Snapshots as images").
+ * Layer: snap/ (calls fs/ and volume/).
  *
  * Contract:
  * - An nx_imgsrc is a read-only byte image.  nx_imgsrc_open_export()

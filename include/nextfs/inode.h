@@ -1,6 +1,7 @@
 /*
  * inode.h - inode attributes: read/write, stat, timestamps, setattr,
  * allocation of new inodes and final release of unlinked ones.
+ * Layer: fs/ (calls volume/).
  *
  * Contract: all inodes are handled as struct ext2_inode_large of the
  * volume's inode size.  Timestamps carry nanoseconds in the *_extra fields
@@ -23,6 +24,12 @@ enum nx_time { NX_ATIME, NX_MTIME, NX_CTIME, NX_CRTIME };
 
 errcode_t nx_inode_read(struct nx_volume *vol, ext2_ino_t ino,
 			struct ext2_inode_large *inode);
+/*
+ * The same for an inode a change is about to write: EROFS first on a
+ * volume that writes nothing (read-only, or a snapshot view).
+ */
+errcode_t nx_inode_read_rw(struct nx_volume *vol, ext2_ino_t ino,
+			   struct ext2_inode_large *inode);
 errcode_t nx_inode_write(struct nx_volume *vol, ext2_ino_t ino,
 			 struct ext2_inode_large *inode);
 

@@ -1,5 +1,6 @@
 /*
  * journal.h - the volume's ext3/ext4 journal, in the kernel's JBD2 format.
+ * Layer: volume/ (the bottom: calls nothing above it).
  *
  * Contract: nx_journal_load() finds the internal journal (s_journal_inum)
  * of an open volume and maps its blocks.  nx_journal_log() writes one

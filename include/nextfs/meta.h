@@ -1,5 +1,6 @@
 /*
  * meta.h - write back only the allocation metadata that changed.
+ * Layer: volume/ (the bottom: calls nothing above it).
  *
  * Contract: ext2fs_flush() rewrites every group's bitmaps and every
  * descriptor block, so its cost grows with the volume (8192 groups on

@@ -1,5 +1,6 @@
 /*
  * nxioctl.h - private ioctls of a nextfs-fuse mount, for the CLI.
+ * Layer: fuse/ (the daemon answers them; cli/ asks).
  *
  * Other file systems answer them with ENOTTY.  All are "restricted" FUSE
  * ioctls (their size is in the number), so any user who can open a file
@@ -83,6 +84,7 @@
 
 #include <stdint.h>
 #include <sys/ioctl.h>
+#include "nextfs/recvstatus.h"
 
 struct nx_ioc_time {
 	int64_t sec;
@@ -184,37 +186,7 @@ struct nx_ioc_recv_data {
 	uint8_t data[NX_IOC_RECV_CHUNK];
 };
 
-/* nx_ioc_recv_status.state */
-#define NX_IOC_RECV_RUNNING	0
-#define NX_IOC_RECV_DONE	1	/* the snapshot is taken */
-#define NX_IOC_RECV_FAILED	2	/* see flags and msg */
-#define NX_IOC_RECV_NONE	3	/* session 0: nothing pending */
-#define NX_IOC_RECV_PENDING	4	/* session 0: a receive is pending */
-/* nx_ioc_recv_status.flags */
-#define NX_IOC_RECV_RESUMABLE	0x1	/* the cursor stays: resume it */
-#define NX_IOC_RECV_ROLLED_BACK	0x2	/* the live tree went back */
-#define NX_IOC_RECV_INCREMENTAL	0x4
-#define NX_IOC_RECV_REFUSED	0x8	/* nothing of this run applied */
-
-struct nx_ioc_recv_status {
-	uint64_t session;		/* in: 0 = the target's pending one */
-	uint32_t state;			/* out, and all below */
-	uint32_t flags;
-	uint64_t commands;		/* (receive.h, nx_recv_stats) */
-	uint64_t bytes;
-	uint64_t data_bytes;
-	uint64_t skipped;
-	uint64_t ignored_xattrs;
-	uint64_t next_index;
-	uint64_t next_offset;
-	int64_t taken_sec;
-	uint32_t taken_nsec;
-	uint32_t snap_id;
-	char name[256];			/* the snapshot */
-	char parent[256];		/* its parent here */
-	char token[128];		/* resume token, if resumable */
-	char msg[768];			/* what went wrong */
-};
+/* struct nx_ioc_recv_status and its NX_IOC_RECV_ states: recvstatus.h */
 
 #define NX_IOC_RECV_STOP	0	/* nx_ioc_recv_end.how: keep the cursor */
 

@@ -1,6 +1,7 @@
 /*
  * orphan.h - the ext3/ext4 orphan list for inodes that lost their last
  * name while still in use.
+ * Layer: fs/ (calls volume/).
  *
  * Contract: an inode written with no links (but a mode, i.e. not yet
  * released) is put on the superblock's orphan list (s_last_orphan,

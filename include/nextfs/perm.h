@@ -1,5 +1,6 @@
 /*
  * perm.h - caller credentials and the kernel's permission rules.
+ * Layer: fs/ (calls volume/).
  *
  * Contract: struct nx_cred describes who is asking (from fuse_req_ctx, or
  * filled by tests).  The checks mirror fs/namei.c and fs/attr.c of Linux:

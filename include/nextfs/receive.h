@@ -89,6 +89,7 @@
 #include <stdint.h>
 #include <ext2fs/ext2fs.h>
 #include "nextfs/perm.h"
+#include "nextfs/recvstatus.h"
 #include "nextfs/sendstream.h"
 #include "nextfs/snapshot.h"
 #include "nextfs/volume.h"
@@ -188,11 +189,10 @@ int nx_recv_pending(struct nx_volume *vol, struct nx_ss_token *tok,
 		    char name[NX_NAME_MAX + 1]);
 
 /*
- * The same as the mount's NX_IOC_RECV_STATUS answers it (nxioctl.h), for
+ * The record a mount's NX_IOC_RECV_STATUS answers (recvstatus.h), for
  * the daemon and the tool alike: of session R, or (R NULL) of the
  * pending receive of VOL (locked).
  */
-struct nx_ioc_recv_status;
 void nx_recv_status(const struct nx_recv *r, struct nx_volume *vol,
 		    struct nx_ioc_recv_status *st);
 

@@ -2,6 +2,7 @@
  * reserve.h - the free blocks each writer must leave: ext4's
  * root-reserved blocks (s_r_blocks_count) and what the snapshots hold
  * back (snapshot.h: vol->cow_reserve).
+ * Layer: fs/ (calls volume/).
  *
  * Contract: as in ext4, blocks below s_r_blocks_count free are for uid 0
  * (CAP_SYS_RESOURCE), the user s_def_resuid and, if s_def_resgid is not
@@ -52,6 +53,12 @@ blk64_t nx_reserve_live_floor(struct nx_volume *vol);
 
 /* ENOSPC unless the current writer may take WANT more blocks. */
 errcode_t nx_reserve_room(struct nx_volume *vol, blk64_t want);
+
+/*
+ * ENOSPC if WANT more blocks would eat into what the snapshots hold back
+ * from every writer, whoever it is (vol->cow_reserve: snapshot.h).
+ */
+errcode_t nx_reserve_check_cow(struct nx_volume *vol, blk64_t want);
 
 /* What a request that is about to change the volume does. */
 enum nx_change {

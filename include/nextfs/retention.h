@@ -2,6 +2,7 @@
  * retention.h - the snapshot timeline: names made of the take time and
  * which of them a retention spec keeps (nextfs(1), "snapshot prune";
  * nextfs-fuse(1), snapshot_every / snapshot_keep).
+ * Layer: snap/ (calls fs/ and volume/).
  *
  * Contract:
  * - A timeline name is exactly "@GMT-YYYY.MM.DD-HH.MM.SS" (Samba

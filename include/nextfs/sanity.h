@@ -1,5 +1,6 @@
 /*
  * sanity.h - is this a volume nextfs may serve, and may it write to it?
+ * Layer: volume/ (the bottom: calls nothing above it).
  *
  * Contract: the checks the kernel makes before it mounts an ext2/3/4
  * volume (ext4_fill_super and what it calls), made before nextfs writes

@@ -1,7 +1,7 @@
 /*
  * send.h - "nextfs send": a btrfs send stream (version 1, sendstream.h)
  * made from a delta (delta.h) of two snapshots, or of an empty tree and
- * one snapshot (a full stream).  Layer: snap/.
+ * one snapshot (a full stream).  Layer: snap/ (calls fs/ and volume/).
  *
  * Contract:
  * - nx_send_stream() writes the stream that turns a receiver's copy of

@@ -2,9 +2,11 @@
  * sendstream.h - the btrfs send stream format: an encoder that builds
  * streams command by command and a strict decoder that takes them apart.
  *
- * Layer: none.  Pure encoding: no I/O, no volume, nothing but bytes in
- * memory; it sits with the volume/ utilities (next to crc32c.h) so that
- * every layer may use it (the sender, the receiver, tests).
+ * Layer: volume/ (the bottom: calls nothing above it).  Pure encoding:
+ * no volume, nothing but bytes in memory (and nx_ss_enc_flush() writing
+ * them to a descriptor); it sits with the volume/ utilities (next to
+ * crc32c.h) so that every layer may use it (the sender, the receiver,
+ * tests).
  *
  * The format is btrfs's (btrfs-progs Documentation/dev/dev-send-stream.rst),
  * so that a stock "btrfs receive" applies what nextfs sends, and nextfs

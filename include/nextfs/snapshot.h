@@ -1,16 +1,19 @@
 /*
  * snapshot.h - Next3-style snapshots on ext2/3/4 (see docs/design.md
  * and docs/snapshots.md).
+ * Layer: snap/ (calls fs/ and volume/).
  *
  * Contract:
- * - nx_snap_attach() loads the snapshot list of an opened volume (the
- *   chain s_snapshot_list -> i_next_snapshot ...), the blocks each
+ * - Opening a volume (nx_open_volume, open.h) loads its snapshot list
+ *   (the chain s_snapshot_list -> i_next_snapshot ...), the blocks each
  *   snapshot maps, and the copy-on-write state of the active (newest)
- *   snapshot, and hooks the block I/O layer and libext2fs's allocator so
- *   that from then on every change of a block the active snapshot still
- *   needs preserves the old content first: metadata is copied (blkio write
- *   hook), freed blocks are moved into the snapshot, and overwritten file
- *   data is moved via nx_snap_prepare_overwrite().
+ *   snapshot, and hooks the layers below so that from then on every
+ *   change of a block the active snapshot still needs preserves the old
+ *   content first: metadata is copied (blkio.h's write hook), freed
+ *   blocks are moved into the snapshot (libext2fs's allocator
+ *   callbacks), and overwritten file data is moved (the overwrite policy,
+ *   overwrite.h).  Flushing, the order of a commit without a journal and
+ *   reading views reach this layer through volume.h's hooks.
  * - nx_snap_take/delete/list are the user operations; take flushes all
  *   dirty state and is O(1) in the volume size beyond that flush.
  * - nx_snap_view_open() returns a read-only struct nx_volume that shows the
@@ -39,21 +42,6 @@ struct nx_snapinfo {
 	blk64_t blocks;			/* fs blocks the snapshot file holds */
 	int active;			/* receives copy-on-write */
 };
-
-/*
- * Attaching reads only: the list, every snapshot file's inode and block
- * map (sanity.h's map walk), the names and the superblock's snapshot
- * fields are checked before anything can write.  Damage goes into DMG
- * (sanity.h, read-write level: the caller makes the refusal line), and
- * refuses (EXT2_ET_FILESYSTEM_CORRUPTED, nothing attached) - except for a
- * read-only open (volume.h), which goes on past damage only writing
- * would meet, and with NX_VOL_SALVAGE without any snapshot (*DROPPED set)
- * when what views read is damaged.  Other errors: MSG says why.
- */
-struct nx_damage;
-errcode_t nx_snap_attach(struct nx_volume *vol, struct nx_damage *dmg,
-			 int *dropped, char *msg, size_t msglen);
-void nx_snap_detach(struct nx_volume *vol);
 
 /* Validate a snapshot name: 0, EINVAL, ENAMETOOLONG. */
 errcode_t nx_snap_name_check(const char *name);
@@ -128,92 +116,26 @@ int nx_snap_seek_id(struct nx_volume *vol, uint32_t id);
 ext2_ino_t nx_snap_dir_ino(struct nx_volume *vol);
 
 /*
- * Data path: file INO is about to overwrite its block LBLK, mapped at
- * PBLK.  If the active snapshot needs PBLK, the file gets a new block
- * (returned in *NEWPBLK, already mapped in INODE and on disk) and PBLK
- * moves into the snapshot untouched; otherwise *NEWPBLK = PBLK.  The
- * caller must write the whole block at *NEWPBLK (merging the old content
- * from PBLK for partial writes).  Files with FS_NOCOW_FL are left in
- * place: the block I/O hook copies them instead.
- */
-errcode_t nx_snap_prepare_overwrite(struct nx_volume *vol, ext2_ino_t ino,
-				    struct ext2_inode_large *inode,
-				    blk64_t lblk, blk64_t pblk,
-				    blk64_t *newpblk);
-
-/*
- * How many of the COUNT blocks from PBLK of a file with INODE share the
- * first one's answer to "must the active snapshot preserve it, and how?"
- * (*NEEDS): 0 - no; NX_SNAP_MOVE - the data path moves it (a whole run
- * with one punch or remap); NX_SNAP_COPY - a +C file, overwritten in
- * place: the write hook copies it, and the writer must have the space for
- * that before writing (reserve.h).
- */
-#define NX_SNAP_MOVE	1
-#define NX_SNAP_COPY	2
-blk64_t nx_snap_preserve_span(struct nx_volume *vol,
-			      const struct ext2_inode_large *inode,
-			      blk64_t pblk, blk64_t count, int *needs);
-
-/*
- * The data path has unmapped the COUNT blocks from PBLK from a file (it
- * remapped their logical blocks elsewhere) without freeing them, and
- * nx_snap_preserve_span() said NX_SNAP_MOVE for them all: they
- * move into the snapshot as they are, at their own block numbers.  The
- * cheap form of what freeing them would do (no free and re-allocation).
- */
-errcode_t nx_snap_take_moved(struct nx_volume *vol, blk64_t pblk,
-			     blk64_t count);
-
-/*
  * The blocks live allocations of every writer (root too) leave free for
  * the snapshots: on a volume served to writers (nx_snap_keep_headroom,
  * called by the daemon) a small headroom at all times, so that a
  * snapshot can be taken and committed when its writers filled the
  * volume, plus, while a snapshot is active, its COW reserve
- * (s_snapshot_r_blocks_count) less
- * what it has drawn from it - copies of superblock, descriptors, bitmaps
- * and inode tables, and its block map (cow.c).  Copies of anything else
- * are charged to the writer who causes them (nx_snap_preserve_span's
- * NX_SNAP_COPY, and reserve.h).  Published as vol->cow_reserve for the layers below.
- * nx_snap_check_space() is ENOSPC if WANT more blocks would eat into it.
+ * (s_snapshot_r_blocks_count) less what it has drawn from it - copies
+ * of superblock, descriptors, bitmaps and inode tables, and its block
+ * map (cow.c).  Copies of anything else are charged to the writer who
+ * causes them (the overwrite policy's NX_PRESERVE_COPY, overwrite.h, and
+ * reserve.h).  Published as vol->cow_reserve for the layers below
+ * (volume.h; nx_reserve_check_cow in reserve.h).
  */
-errcode_t nx_snap_check_space(struct nx_volume *vol, blk64_t want);
-blk64_t nx_snap_reserved(struct nx_volume *vol);
 void nx_snap_keep_headroom(struct nx_volume *vol);
-
-/*
- * Complete pending snapshot bookkeeping and write all dirty metadata;
- * called by nx_volume_sync().  Without snapshots this is ext2fs_flush.
- */
-errcode_t nx_snap_flush(struct nx_volume *vol);
-
-/*
- * What block BLK is to the snapshots' block maps, for committing without
- * a journal (txn.c): NX_SNAP_RANK_MAP - owned by a snapshot file (a map
- * block or a copy); NX_SNAP_RANK_ACTIVE - the inode-table block holding
- * the active snapshot's inode; NX_SNAP_RANK_INODE - one holding another
- * snapshot inode; 0 - none of these.
- */
-#define NX_SNAP_RANK_MAP	1
-#define NX_SNAP_RANK_INODE	2
-#define NX_SNAP_RANK_ACTIVE	3
-int nx_snap_block_rank(struct nx_volume *vol, blk64_t blk);
 
 errcode_t nx_snap_view_open(struct nx_volume *vol, ext2_ino_t snap_ino,
 			    struct nx_volume **view);
 void nx_snap_view_close(struct nx_volume *view);
-/* Device bytes as the view sees them (used via nx_volume_pread). */
+/* Device bytes as the view sees them (its pread hook: nx_volume_pread). */
 errcode_t nx_snap_view_pread(struct nx_volume *view, void *buf, uint64_t len,
 			     uint64_t offset);
-/*
- * The same, but the reads of live device blocks are added to RD to be
- * done outside the lock (nx_file_read_begin, file.h); blocks the live
- * transaction holds and the superblock are read at once.
- */
-struct nx_file_rd;
-errcode_t nx_snap_view_plan(struct nx_volume *view, void *buf, uint64_t len,
-			    uint64_t offset, struct nx_file_rd *rd);
 
 /*
  * The snapshot with id ID: its info, and a view of it that the store

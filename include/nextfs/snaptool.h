@@ -1,10 +1,11 @@
 /*
  * snaptool.h - offline tools around snapshots: check, export, diff,
  * restore (the library behind "nextfs check|export|diff|restore|info").
+ * Layer: snap/ (calls fs/ and volume/).
  *
  * Contract:
  * - Everything here works on an unmounted image.  Opening takes the same
- *   advisory lock as nx_volume_open() (shared for reading, exclusive for
+ *   advisory lock as nx_open_volume() (shared for reading, exclusive for
  *   writing), so a volume served by nextfs-fuse is refused with a clear
  *   message (EBUSY); a volume mounted by the kernel is refused for writes.
  * - Bad input (not an ext2/3/4 image, unknown snapshot, corrupt snapshot

@@ -1,5 +1,6 @@
 /*
  * txn.h - crash-consistent write-back of a live volume.
+ * Layer: volume/ (the bottom: calls nothing above it).
  *
  * Contract: between nx_txn_start() and nx_txn_stop() every metadata write
  * of the volume is held in memory (blkio transaction mode) and reaches the

@@ -1,5 +1,6 @@
 /*
  * xattr.h - extended attributes and inode flags (chattr/lsattr).
+ * Layer: fs/ (calls volume/).
  *
  * Contract: user., trusted., security., gnu. and system.posix_acl_* names,
  * in the in-inode area and external xattr blocks, with Linux's semantics:

@@ -12,6 +12,8 @@
 #include <sys/stat.h>
 #include <et/com_err.h>
 #include "nextfs/devname.h"
+#include "nextfs/fdio.h"
+#include "nextfs/open.h"
 #include "nextfs/safepath.h"
 #include "nextfs/volume.h"
 #include "cli.h"
@@ -53,24 +55,11 @@ void nx_cli_human_size(uint64_t bytes, char *buf, size_t len)
 
 int nx_cli_pwrite_all(int fd, const void *buf, size_t len, off_t off)
 {
-	const char *p = buf;
-	ssize_t n;
+	errcode_t err = nx_write_all(fd, buf, len, off, NULL);
 
-	while (len) {
-		n = pwrite(fd, p, len, off);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0)
-			return -1;
-		if (n == 0) {
-			errno = EIO;	/* nothing written, no reason given */
-			return -1;
-		}
-		p += n;
-		len -= (size_t)n;
-		off += n;
-	}
-	return 0;
+	if (err)
+		errno = (int)err;
+	return err ? -1 : 0;
 }
 
 /* ------------------------------------------------------------------ */
@@ -91,7 +80,7 @@ int nx_cli_open_image(const char *image, struct nx_volume **vol)
 
 	if (nx_cli_pin_image(image))
 		return NX_CLI_FAIL;
-	err = nx_volume_open(image, NX_VOL_RDONLY, vol, msg, sizeof(msg));
+	err = nx_open_volume(image, NX_VOL_RDONLY, vol, msg, sizeof(msg));
 	if (err) {
 		nx_cli_error("%s", msg[0] ? msg : error_message(err));
 		return NX_CLI_FAIL;
@@ -191,7 +180,7 @@ int nx_cli_open_target(const char *target, int flags, struct nx_volume **vol,
 		return mountpoint_of(target, flags, mnt);
 	if (nx_cli_pin_image(target))
 		return NX_CLI_FAIL;
-	err = nx_volume_open(target, flags, vol, msg, sizeof(msg));
+	err = nx_open_volume(target, flags, vol, msg, sizeof(msg));
 	/* Served by nextfs-fuse: ask the daemon, through its mountpoint. */
 	if (err == EBUSY && (*mnt = nx_cli_find_mount(target, NULL)))
 		return NX_CLI_OK;

@@ -40,7 +40,7 @@
 void nx_cli_error(const char *fmt, ...)
 	__attribute__((format(printf, 1, 2)));
 void nx_cli_human_size(uint64_t bytes, char *buf, size_t len);
-/* All LEN bytes of BUF to FD at OFF (a short write goes on): 0, or -1
+/* All LEN bytes of BUF to FD at OFF (nx_write_all, fdio.h): 0, or -1
  * with errno. */
 int nx_cli_pwrite_all(int fd, const void *buf, size_t len, off_t off);
 
@@ -55,7 +55,7 @@ int nx_cli_pwrite_all(int fd, const void *buf, size_t len, off_t off);
  */
 int nx_cli_pin_image(const char *image);
 /*
- * Open IMAGE for reading through the snapshot engine (nx_volume_open with
+ * Open IMAGE for reading through the snapshot engine (nx_open_volume with
  * NX_VOL_RDONLY), printing the reason on failure.  Returns 0 or
  * NX_CLI_FAIL.
  */
@@ -67,7 +67,7 @@ int nx_cli_is_dir(const char *path);
 char *nx_cli_find_mount(const char *image, char **source);
 /*
  * The volume TARGET names: a nextfs-fuse mountpoint (*MNT, malloced), an
- * image or device (*VOL, opened with nx_volume_open FLAGS), or an image
+ * image or device (*VOL, opened with nx_open_volume FLAGS), or an image
  * a nextfs-fuse daemon serves (*MNT: its mountpoint).  A command that
  * writes (not NX_VOL_RDONLY) must be given the root of a mount, where
  * .snapshots is.

@@ -19,8 +19,10 @@
 #include <sys/ioctl.h>
 #include <unistd.h>
 #include <et/com_err.h>
+#include "nextfs/grow.h"
 #include "nextfs/inode.h"
 #include "nextfs/nxioctl.h"
+#include "nextfs/open.h"
 #include "nextfs/receive.h"
 #include "cli.h"
 #include "output.h"
@@ -412,15 +414,11 @@ static int read_first(int fd, const char *what, char **buf, size_t *len)
 	while (rc == NX_SS_MORE && !stop_signal) {
 		ssize_t n;
 
-		if (*len == cap) {
-			char *more = cap < (8U << 20) ? realloc(*buf, 2 * cap) :
-				     NULL;
-
-			if (!more)
-				break;	/* the receive will say why */
-			*buf = more;
-			cap *= 2;
-		}
+		/* 8 MiB without a whole first command (or no memory for
+		 * more): the receive will say what is wrong. */
+		if (*len == cap && (cap >= (8U << 20) ||
+				    nx_grow((void **)buf, &cap, *len, 1, 65536)))
+			break;
 		n = read(fd, *buf + *len, cap - *len);
 		if (n < 0 && errno == EINTR)
 			continue;
@@ -462,7 +460,7 @@ static int precheck(const char *image, int flags, const char *first,
 	 * Served by a daemon (EBUSY: it checks), a journal to replay first,
 	 * any other trouble: the read-write open says what it is.
 	 */
-	err = nx_volume_open(image, NX_VOL_RDONLY, &vol, msg, sizeof(msg));
+	err = nx_open_volume(image, NX_VOL_RDONLY, &vol, msg, sizeof(msg));
 	if (err)
 		return NX_CLI_OK;
 	memset(&env, 0, sizeof(env));

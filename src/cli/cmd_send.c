@@ -27,6 +27,7 @@
 #include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <et/com_err.h>
+#include "nextfs/fdio.h"
 #include "nextfs/nxioctl.h"
 #include "nextfs/safepath.h"
 #include "nextfs/send.h"
@@ -55,7 +56,6 @@ static errcode_t mr_pread(struct nx_send_reader *rd, int s, ext2_ino_t ino,
 			  uint64_t off, size_t *got)
 {
 	struct mount_reader *mr = (struct mount_reader *)rd;
-	ssize_t n;
 
 	*got = 0;
 	if (mr->fd < 0 || mr->fd_side != s || mr->fd_ino != ino) {
@@ -67,18 +67,7 @@ static errcode_t mr_pread(struct nx_send_reader *rd, int s, ext2_ino_t ino,
 		mr->fd_side = s;
 		mr->fd_ino = ino;
 	}
-	while (*got < len) {
-		n = pread(mr->fd, (char *)buf + *got, len - *got,
-			  (off_t)(off + *got));
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0)
-			return errno;
-		if (!n)
-			break;
-		*got += (size_t)n;
-	}
-	return 0;
+	return nx_read_full(mr->fd, buf, len, (off_t)off, got);
 }
 
 static errcode_t mr_readlink(struct nx_send_reader *rd, int s,

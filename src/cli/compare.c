@@ -12,46 +12,32 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include "nextfs/fdio.h"
 #include "nextfs/safepath.h"
 #include "cli.h"
 
 #define CHUNK	65536
 
-/* Read up to N bytes (fewer only at the end of the file). */
-static ssize_t read_full(int fd, char *buf, size_t n)
-{
-	size_t got = 0;
-	ssize_t k;
-
-	while (got < n) {
-		k = read(fd, buf + got, n - got);
-		if (k < 0 && errno == EINTR)
-			continue;
-		if (k < 0)
-			return -1;
-		if (k == 0)
-			break;
-		got += (size_t)k;
-	}
-	return (ssize_t)got;
-}
-
 int nx_cli_files_differ(int da, const char *ra, int db, const char *rb)
 {
 	int fa = nx_sp_open(da, ra, O_RDONLY), fb = -1, rc = -1, e;
 	char *ba = malloc(CHUNK), *bb = malloc(CHUNK);
-	ssize_t na, nb;
+	size_t na, nb;
+	errcode_t err;
 
 	if (fa >= 0)
 		fb = nx_sp_open(db, rb, O_RDONLY);
 	if (!ba || !bb)
 		errno = ENOMEM;
 	while (fb >= 0 && ba && bb && rc < 0) {
-		na = read_full(fa, ba, CHUNK);
-		nb = na < 0 ? -1 : read_full(fb, bb, CHUNK);
-		if (na < 0 || nb < 0)
+		err = nx_read_full(fa, ba, CHUNK, NX_FD_POS, &na);
+		if (!err)
+			err = nx_read_full(fb, bb, CHUNK, NX_FD_POS, &nb);
+		if (err) {
+			errno = (int)err;
 			break;
-		if (na != nb || memcmp(ba, bb, (size_t)na))
+		}
+		if (na != nb || memcmp(ba, bb, na))
 			rc = 1;
 		else if (!na)
 			rc = 0;

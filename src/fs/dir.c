@@ -29,6 +29,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include "nextfs/dir.h"
+#include "nextfs/grow.h"
 #include "nextfs/inode.h"
 
 #define DX_ROOT_INFO_OFF	24	/* after '.' (12) and '..' (12) */
@@ -1185,28 +1186,13 @@ static errcode_t hbatch_push(struct hbatch *b, uint64_t hpos,
 {
 	unsigned len = ext2fs_dirent_name_len(de);
 
-	if (b->n == b->cap) {
-		size_t cap = b->cap ? 2 * b->cap : 256;
-		struct hent *v = realloc(b->v, cap * sizeof(*v));
-
-		if (!v)
-			return EXT2_ET_NO_MEMORY;
-		b->v = v;
-		b->cap = cap;
-	}
-	/* Allocate even for an empty (corrupt) name: names is never NULL. */
-	if (!b->names || b->nlen + len > b->ncap) {
-		size_t cap = b->ncap ? 2 * b->ncap : 8192;
-		char *names;
-
-		while (cap < b->nlen + len)
-			cap *= 2;
-		names = realloc(b->names, cap);
-		if (!names)
-			return EXT2_ET_NO_MEMORY;
-		b->names = names;
-		b->ncap = cap;
-	}
+	/*
+	 * Allocate even for an empty (corrupt) name: names is never NULL.
+	 * One doubling is room enough: a name is shorter than the first 8 KiB.
+	 */
+	if (nx_grow((void **)&b->v, &b->cap, b->n, sizeof(*b->v), 256) ||
+	    nx_grow((void **)&b->names, &b->ncap, b->nlen + len, 1, 8192))
+		return EXT2_ET_NO_MEMORY;
 	memcpy(b->names + b->nlen, de->name, len);
 	b->v[b->n].hpos = hpos;
 	b->v[b->n].ino = de->inode;

@@ -30,7 +30,6 @@
 #include "nextfs/inode.h"
 #include "nextfs/meta.h"
 #include "nextfs/reserve.h"
-#include "nextfs/snapshot.h"
 
 #define NX_LBLK_END	((blk64_t)1 << 32)
 /* A free stretch shorter than this is not worth jumping to. */
@@ -70,8 +69,8 @@ static blk64_t alloc_budget(struct nx_volume *vol, blk64_t want,
 	blk64_t keep = slack + nx_reserve_floor(vol);
 
 	/* The snapshots hold blocks back from every writer (snapshot.h). */
-	if (nx_snap_check_space(vol, want + keep))
-		keep += nx_snap_reserved(vol);
+	if (nx_reserve_check_cow(vol, want + keep))
+		keep += vol->cow_reserve;
 	return avail > keep ? min_u64(want, avail - keep) : 0;
 }
 
@@ -1087,9 +1086,7 @@ errcode_t nx_file_truncate(struct nx_volume *vol, ext2_ino_t ino,
 	struct ext2_inode_large inode;
 	errcode_t err;
 
-	if (nx_volume_rdonly(vol) || !vol->io)
-		return EROFS;
-	err = nx_inode_read(vol, ino, &inode);
+	err = nx_inode_read_rw(vol, ino, &inode);
 	if (err)
 		return err;
 	err = check_modifiable(&inode);

@@ -15,10 +15,13 @@
  * root of the tree changes), allocation updates i_block/i_blocks in it,
  * and the public functions write it back once at the end.
  *
- * Overwrites of written blocks are decided in prepare_overwrite(), the one
- * hook the snapshot layer needs: it may give the file new blocks for the
- * range, and the write path then merges partial blocks from the old
- * location and leaves the old blocks untouched.
+ * Overwrites of written blocks are decided in prepare_overwrite() and
+ * move_whole_blocks(), which ask the volume's overwrite policy
+ * (overwrite.h: the hooks the snapshot layer registers in cow.c): it may
+ * give the file new blocks for the range, and the write path then merges
+ * partial blocks from the old location and leaves the old blocks
+ * untouched.  Reads of a snapshot view ask the same policy where its
+ * blocks are (batch_flush).
  */
 #define NX_FILE_INTERNAL
 #include <errno.h>
@@ -30,8 +33,8 @@
 #include "nextfs/blkio.h"
 #include "nextfs/grow.h"
 #include "nextfs/inode.h"
+#include "nextfs/overwrite.h"
 #include "nextfs/reserve.h"
-#include "nextfs/snapshot.h"
 
 /* Exported by libext2fs 1.47 but missing from its public header. */
 errcode_t ext2fs_inline_data_ea_remove(ext2_filsys fs, ext2_ino_t ino);
@@ -787,7 +790,8 @@ static errcode_t batch_flush(struct nx_volume *vol, struct read_batch *b)
 		return 0;
 	/* Blocks a transaction holds can only be read under the lock. */
 	if (b->rd && !vol->io)
-		err = nx_snap_view_plan(vol, b->dst, b->len, b->dev, b->rd);
+		err = vol->overwrite->view_plan(vol, b->dst, b->len, b->dev,
+						b->rd);
 	else if (b->rd && !nx_blkio_range_held(vol->io, b->dev, b->len))
 		err = nx_file_rd_add(b->rd, b->dev, b->dst, b->len);
 	else
@@ -943,11 +947,11 @@ static errcode_t prepare_overwrite(struct nx_volume *vol, ext2_ino_t ino,
 	errcode_t err;
 
 	*remapped = 0;
-	if (!vol->snap)
+	if (!vol->overwrite)
 		return 0;
 	for (i = 0; i < *count; i++) {
-		err = nx_snap_prepare_overwrite(vol, ino, inode, lblk + i,
-						old + i, &nb);
+		err = vol->overwrite->prepare(vol, ino, inode, lblk + i,
+					      old + i, &nb);
 		if (err) {
 			if (i == 0)
 				return err;
@@ -1071,6 +1075,19 @@ static int is_nospace(errcode_t err)
 	return err == ENOSPC || err == EXT2_ET_BLOCK_ALLOC_FAIL;
 }
 
+/* The policy's preserve_span (overwrite.h); without one nothing is kept. */
+static blk64_t preserve_span(struct wctx *w, blk64_t pblk, blk64_t count,
+			     int *needs)
+{
+	const struct nx_overwrite_ops *ops = w->vol->overwrite;
+
+	if (!ops) {
+		*needs = 0;
+		return count;
+	}
+	return ops->preserve_span(w->vol, w->inode, pblk, count, needs);
+}
+
 /*
  * Blocks LBLK.. of a run that this write replaces entirely: if the active
  * snapshot needs them, they move into it as they are (no copy) and the
@@ -1086,18 +1103,17 @@ static errcode_t move_whole_blocks(struct wctx *w, blk64_t lblk,
 				   blk64_t *cnt, blk64_t pblk, blk64_t *newp)
 {
 	int needs;
-	blk64_t k = nx_snap_preserve_span(w->vol, w->inode, pblk, *cnt,
-					  &needs);
+	blk64_t k = preserve_span(w, pblk, *cnt, &needs);
 	struct nx_fmap_run run;
 	errcode_t err;
 
 	*newp = pblk;
-	if (needs != NX_SNAP_MOVE) {	/* +C blocks are copied in place */
+	if (needs != NX_PRESERVE_MOVE) {	/* +C blocks are copied in place */
 		*cnt = k;
 		return 0;
 	}
 	/* Never leave a hole we cannot fill: check the space first. */
-	err = nx_snap_check_space(w->vol, k + 8);
+	err = nx_reserve_check_cow(w->vol, k + 8);
 	if (err)
 		return err;
 	if (w->map.handle) {
@@ -1107,8 +1123,8 @@ static errcode_t move_whole_blocks(struct wctx *w, blk64_t lblk,
 			errcode_t e2 = note_fresh(w, lblk, run.len);
 
 			if (!err)
-				err = nx_snap_take_moved(w->vol, pblk,
-							 run.len);
+				err = w->vol->overwrite->take_moved(w->vol,
+						pblk, run.len);
 			if (!err)
 				err = e2;
 			*cnt = run.len;
@@ -1139,9 +1155,8 @@ static errcode_t charge_copies(struct wctx *w, blk64_t pblk, blk64_t *cnt)
 	int needs;
 
 	while (i < *cnt) {
-		k = nx_snap_preserve_span(w->vol, w->inode, pblk + i,
-					  *cnt - i, &needs);
-		if (needs == NX_SNAP_COPY)
+		k = preserve_span(w, pblk + i, *cnt - i, &needs);
+		if (needs == NX_PRESERVE_COPY)
 			n += k;
 		i += k;
 	}
@@ -1272,9 +1287,7 @@ errcode_t nx_file_write(struct nx_volume *vol, ext2_ino_t ino,
 	errcode_t err, err2;
 
 	*written = 0;
-	if (nx_volume_rdonly(vol) || !vol->io)
-		return EROFS;
-	err = nx_inode_read(vol, ino, &inode);
+	err = nx_inode_read_rw(vol, ino, &inode);
 	if (err)
 		return err;
 	err = check_regular(&inode);

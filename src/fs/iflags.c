@@ -112,9 +112,7 @@ errcode_t nx_set_iflags(struct nx_volume *vol, const struct nx_cred *cred,
 	uint32_t want = flags;
 	errcode_t err;
 
-	if (nx_volume_rdonly(vol))
-		return EROFS;
-	err = nx_inode_read(vol, ino, &inode);
+	err = nx_inode_read_rw(vol, ino, &inode);
 	if (err)
 		return err;
 	/* vfs_fileattr_set() and fileattr_set_prepare() */

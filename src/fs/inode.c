@@ -28,6 +28,14 @@ errcode_t nx_inode_read(struct nx_volume *vol, ext2_ino_t ino,
 				      sizeof(*inode));
 }
 
+errcode_t nx_inode_read_rw(struct nx_volume *vol, ext2_ino_t ino,
+			   struct ext2_inode_large *inode)
+{
+	if (nx_volume_rdonly(vol) || !vol->io)
+		return EROFS;
+	return nx_inode_read(vol, ino, inode);
+}
+
 errcode_t nx_inode_write(struct nx_volume *vol, ext2_ino_t ino,
 			 struct ext2_inode_large *inode)
 {
@@ -252,9 +260,7 @@ errcode_t nx_setattr(struct nx_volume *vol, const struct nx_cred *cred,
 	struct timespec now;
 	errcode_t err;
 
-	if (nx_volume_rdonly(vol))
-		return EROFS;
-	err = nx_inode_read(vol, ino, &inode);
+	err = nx_inode_read_rw(vol, ino, &inode);
 	if (err)
 		return err;
 	if (valid & (NX_SET_UID | NX_SET_GID)) {
@@ -402,9 +408,7 @@ errcode_t nx_inode_new(struct nx_volume *vol, const struct nx_cred *cred,
 	ext2_ino_t newino;
 	errcode_t err;
 
-	if (nx_volume_rdonly(vol))
-		return EROFS;
-	err = nx_inode_read(vol, dir, &dir_inode);
+	err = nx_inode_read_rw(vol, dir, &dir_inode);
 	if (err)
 		return err;
 	err = ext2fs_new_inode(fs, dir, mode, NULL, &newino);

@@ -194,19 +194,28 @@ static void discard_new_inode(struct nx_volume *vol, ext2_ino_t ino)
 	nx_inode_release(vol, ino);
 }
 
-/* Link the new inode INO under NAME, or release it if that fails. */
+/*
+ * The end of every create: ERR says how writing the new inode INO went.
+ * Link it under NAME and return it in *RET (if not NULL), or release it
+ * if either failed.
+ */
 static errcode_t publish_new_inode(struct nx_volume *vol, ext2_ino_t dir,
 				   const char *name, ext2_ino_t ino,
-				   mode_t mode, const struct timespec *now)
+				   mode_t mode, errcode_t err, ext2_ino_t *ret)
 {
-	errcode_t err;
+	struct timespec now;
 
-	err = nx_dir_add_entry(vol, dir, name, ino, mode);
+	nx_now(&now);
+	if (!err)
+		err = nx_dir_add_entry(vol, dir, name, ino, mode);
 	if (err) {
 		discard_new_inode(vol, ino);
 		return err;
 	}
-	return touch_parent(vol, dir, LINUX_S_ISDIR(mode) ? 1 : 0, now);
+	err = touch_parent(vol, dir, LINUX_S_ISDIR(mode) ? 1 : 0, &now);
+	if (!err && ret)
+		*ret = ino;
+	return err;
 }
 
 /* ---------------------------------------------------------------- */
@@ -231,7 +240,6 @@ errcode_t nx_mknod(struct nx_volume *vol, const struct nx_cred *cred,
 		   ext2_ino_t *ino)
 {
 	struct ext2_inode_large inode;
-	struct timespec now;
 	mode_t type = mode & S_IFMT;
 	ext2_ino_t newino;
 	errcode_t err;
@@ -257,16 +265,8 @@ errcode_t nx_mknod(struct nx_volume *vol, const struct nx_cred *cred,
 	if (type == S_IFCHR || type == S_IFBLK) {
 		encode_rdev(&inode, rdev);
 		err = nx_inode_write(vol, newino, &inode);
-		if (err) {
-			discard_new_inode(vol, newino);
-			return err;
-		}
 	}
-	nx_now(&now);
-	err = publish_new_inode(vol, dir, name, newino, mode, &now);
-	if (!err && ino)
-		*ino = newino;
-	return err;
+	return publish_new_inode(vol, dir, name, newino, mode, err, ino);
 }
 
 /* ---------------------------------------------------------------- */
@@ -333,7 +333,6 @@ errcode_t nx_mkdir(struct nx_volume *vol, const struct nx_cred *cred,
 		   ext2_ino_t *ino)
 {
 	struct ext2_inode_large inode, dinode;
-	struct timespec now;
 	ext2_ino_t newino;
 	errcode_t err;
 
@@ -353,15 +352,7 @@ errcode_t nx_mkdir(struct nx_volume *vol, const struct nx_cred *cred,
 		err = init_inline_dir(vol, newino, &inode, dir);
 	else
 		err = init_block_dir(vol, newino, &inode, dir);
-	if (err) {
-		discard_new_inode(vol, newino);
-		return err;
-	}
-	nx_now(&now);
-	err = publish_new_inode(vol, dir, name, newino, S_IFDIR, &now);
-	if (!err && ino)
-		*ino = newino;
-	return err;
+	return publish_new_inode(vol, dir, name, newino, S_IFDIR, err, ino);
 }
 
 /* ---------------------------------------------------------------- */
@@ -400,7 +391,6 @@ errcode_t nx_symlink(struct nx_volume *vol, const struct nx_cred *cred,
 		     ext2_ino_t *ino)
 {
 	struct ext2_inode_large inode;
-	struct timespec now;
 	ext2_ino_t newino;
 	size_t len;
 	errcode_t err;
@@ -426,15 +416,7 @@ errcode_t nx_symlink(struct nx_volume *vol, const struct nx_cred *cred,
 	} else {
 		err = write_slow_symlink(vol, newino, &inode, target, len);
 	}
-	if (err) {
-		discard_new_inode(vol, newino);
-		return err;
-	}
-	nx_now(&now);
-	err = publish_new_inode(vol, dir, name, newino, S_IFLNK, &now);
-	if (!err && ino)
-		*ino = newino;
-	return err;
+	return publish_new_inode(vol, dir, name, newino, S_IFLNK, err, ino);
 }
 
 /* Target of a slow symlink: the start of its first data block. */
@@ -575,19 +557,55 @@ static errcode_t prepare_remove(struct nx_volume *vol,
 	return 0;
 }
 
-errcode_t nx_unlink(struct nx_volume *vol, const struct nx_cred *cred,
-		    ext2_ino_t dir, const char *name, ext2_ino_t *victim)
+/* What unlink and rmdir check first, before the name's own rules. */
+static errcode_t start_remove(struct nx_volume *vol, const char *name,
+			      ext2_ino_t *victim)
 {
-	struct ext2_inode_large dinode, vinode;
-	struct timespec now;
-	ext2_ino_t vino;
-	errcode_t err;
-
 	if (victim)
 		*victim = 0;
 	if (nx_volume_rdonly(vol))
 		return EROFS;
-	err = nx_name_check(name);
+	return nx_name_check(name);
+}
+
+/*
+ * The end of unlink and rmdir: NAME leaves DIR, and VINO (VINODE) loses
+ * that link - a directory all of them: its blocks go with
+ * nx_inode_release() once nobody has it open.
+ */
+static errcode_t drop_name(struct nx_volume *vol, ext2_ino_t dir,
+			   const char *name, ext2_ino_t vino,
+			   struct ext2_inode_large *vinode, int isdir,
+			   ext2_ino_t *victim)
+{
+	struct timespec now;
+	errcode_t err;
+
+	err = nx_dir_remove_entry(vol, dir, name);
+	if (err)
+		return err;
+	nx_now(&now);
+	if (isdir)
+		vinode->i_links_count = 0;
+	else if (vinode->i_links_count)
+		vinode->i_links_count--;
+	nx_inode_set_time(vinode, NX_CTIME, &now);
+	err = nx_inode_write(vol, vino, vinode);
+	if (!err)
+		err = touch_parent(vol, dir, isdir ? -1 : 0, &now);
+	if (victim)
+		*victim = vino;
+	return err;
+}
+
+errcode_t nx_unlink(struct nx_volume *vol, const struct nx_cred *cred,
+		    ext2_ino_t dir, const char *name, ext2_ino_t *victim)
+{
+	struct ext2_inode_large dinode, vinode;
+	ext2_ino_t vino;
+	errcode_t err;
+
+	err = start_remove(vol, name, victim);
 	if (err)
 		return err;
 	if (is_dot(name) || is_dotdot(name))
@@ -595,35 +613,18 @@ errcode_t nx_unlink(struct nx_volume *vol, const struct nx_cred *cred,
 	err = prepare_remove(vol, cred, dir, name, 0, &dinode, &vino, &vinode);
 	if (err)
 		return err;
-	err = nx_dir_remove_entry(vol, dir, name);
-	if (err)
-		return err;
-	nx_now(&now);
-	if (vinode.i_links_count)
-		vinode.i_links_count--;
-	nx_inode_set_time(&vinode, NX_CTIME, &now);
-	err = nx_inode_write(vol, vino, &vinode);
-	if (!err)
-		err = touch_parent(vol, dir, 0, &now);
-	if (victim)
-		*victim = vino;
-	return err;
+	return drop_name(vol, dir, name, vino, &vinode, 0, victim);
 }
 
 errcode_t nx_rmdir(struct nx_volume *vol, const struct nx_cred *cred,
 		   ext2_ino_t dir, const char *name, ext2_ino_t *victim)
 {
 	struct ext2_inode_large dinode, vinode;
-	struct timespec now;
 	ext2_ino_t vino;
 	int empty = 0;
 	errcode_t err;
 
-	if (victim)
-		*victim = 0;
-	if (nx_volume_rdonly(vol))
-		return EROFS;
-	err = nx_name_check(name);
+	err = start_remove(vol, name, victim);
 	if (err)
 		return err;
 	if (is_dot(name))
@@ -638,17 +639,5 @@ errcode_t nx_rmdir(struct nx_volume *vol, const struct nx_cred *cred,
 		return err;
 	if (!empty)
 		return ENOTEMPTY;
-	err = nx_dir_remove_entry(vol, dir, name);
-	if (err)
-		return err;
-	nx_now(&now);
-	/* Its blocks go with nx_inode_release() once nobody has it open. */
-	vinode.i_links_count = 0;
-	nx_inode_set_time(&vinode, NX_CTIME, &now);
-	err = nx_inode_write(vol, vino, &vinode);
-	if (!err)
-		err = touch_parent(vol, dir, -1, &now);
-	if (victim)
-		*victim = vino;
-	return err;
+	return drop_name(vol, dir, name, vino, &vinode, 1, victim);
 }

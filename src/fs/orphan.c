@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "nextfs/orphan.h"
+#include "nextfs/grow.h"
 #include "nextfs/inode.h"
 #include "nextfs/volume.h"
 
@@ -183,8 +184,6 @@ errcode_t nx_orphans_recover(struct nx_volume *vol, unsigned *freed)
 	*freed = 0;
 	/* Collect the chain first (it may be corrupt: bounded, checked). */
 	while (ino && n < sb->s_inodes_count) {
-		ext2_ino_t *grown;
-
 		/*
 		 * An inode that is not allocated is no orphan: releasing it
 		 * would free blocks that may be another file's now.  Like the
@@ -201,15 +200,9 @@ errcode_t nx_orphans_recover(struct nx_volume *vol, unsigned *freed)
 				"volume)\n", vol->device, ino);
 			break;
 		}
-		if (n == cap) {
-			cap = cap ? 2 * cap : 16;
-			grown = realloc(list, cap * sizeof(*list));
-			if (!grown) {
-				err = EXT2_ET_NO_MEMORY;
-				break;
-			}
-			list = grown;
-		}
+		err = nx_grow((void **)&list, &cap, n, sizeof(*list), 16);
+		if (err)
+			break;
 		list[n++] = ino;
 		err = nx_inode_read(vol, ino, &inode);
 		if (err)

@@ -51,6 +51,16 @@ errcode_t nx_reserve_room(struct nx_volume *vol, blk64_t want)
 	return free_blocks >= nx_reserve_live_floor(vol) + want ? 0 : ENOSPC;
 }
 
+errcode_t nx_reserve_check_cow(struct nx_volume *vol, blk64_t want)
+{
+	blk64_t reserved = vol->cow_reserve;
+
+	if (reserved &&
+	    ext2fs_free_blocks_count(vol->fs->super) < want + reserved)
+		return ENOSPC;
+	return 0;
+}
+
 errcode_t nx_reserve_may_change(struct nx_volume *vol, enum nx_change change)
 {
 	blk64_t free_blocks = ext2fs_free_blocks_count(vol->fs->super);

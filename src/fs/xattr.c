@@ -371,6 +371,18 @@ static int tag_is_known(uint16_t tag)
 }
 
 /*
+ * The tag and permissions of an entry as stored (little-endian, both
+ * formats): 0 unless the tag is one we know; the id is the caller's.
+ */
+static int read_entry_head(struct acl_entry *e, uint16_t tag, uint16_t perm)
+{
+	e->tag = ext2fs_le16_to_cpu(tag);
+	e->perm = ext2fs_le16_to_cpu(perm);
+	e->id = ACL_NO_ID;
+	return tag_is_known(e->tag);
+}
+
+/*
  * posix_acl_from_xattr(): the value the kernel hands us.  No value or a
  * bare header means "no ACL" (*ACL = NULL).  The value need not be
  * aligned (FUSE passes it right after the name in the request), so the
@@ -406,10 +418,7 @@ static errcode_t acl_from_xattr(const void *value, size_t size,
 		struct acl_entry *e = &acl->e[i];
 
 		memcpy(&xe, p, sizeof(xe));
-		e->tag = ext2fs_le16_to_cpu(xe.e_tag);
-		e->perm = ext2fs_le16_to_cpu(xe.e_perm);
-		e->id = ACL_NO_ID;
-		if (!tag_is_known(e->tag))
+		if (!read_entry_head(e, xe.e_tag, xe.e_perm))
 			goto invalid;
 		if (tag_has_id(e->tag)) {
 			e->id = ext2fs_le32_to_cpu(xe.e_id);
@@ -474,10 +483,7 @@ static errcode_t acl_from_disk(const void *value, size_t size,
 
 		if (end - p < (ptrdiff_t)sizeof(struct ext4_acl_entry_short))
 			goto invalid;
-		e->tag = ext2fs_le16_to_cpu(de->e_tag);
-		e->perm = ext2fs_le16_to_cpu(de->e_perm);
-		e->id = ACL_NO_ID;
-		if (!tag_is_known(e->tag))
+		if (!read_entry_head(e, de->e_tag, de->e_perm))
 			goto invalid;
 		if (!tag_has_id(e->tag)) {
 			p += sizeof(struct ext4_acl_entry_short);

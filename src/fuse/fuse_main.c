@@ -21,6 +21,7 @@
 #include <et/com_err.h>
 #include "nextfs/holder.h"
 #include "nextfs/inode.h"
+#include "nextfs/open.h"
 #include "nextfs/periodic.h"
 #include "nextfs/perm.h"
 #include "nextfs/reserve.h"
@@ -245,7 +246,7 @@ static int open_volume(struct nx_fuse *fs, const struct nx_fuse_config *cfg)
 	errcode_t err;
 
 	/* -o ro serves what it can: the live tree without broken snapshots. */
-	err = nx_volume_open(cfg->device, cfg->rdonly ?
+	err = nx_open_volume(cfg->device, cfg->rdonly ?
 			     NX_VOL_RDONLY | NX_VOL_SALVAGE : 0,
 			     &fs->vol, msg, sizeof(msg));
 	if (err) {

@@ -422,56 +422,43 @@ static errcode_t new_entry(struct nx_fuse *fs, struct nx_cred *cred,
 	return entry_ref(fs, ino, e);
 }
 
-static void nx_op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name,
-			mode_t mode, dev_t rdev)
+/* mknod, mkdir and symlink: new_entry() under the lock, and the reply. */
+static void reply_new_entry(fuse_req_t req, fuse_ino_t parent,
+			    const char *name, mode_t mode, dev_t rdev,
+			    const char *target)
 {
 	struct nx_fuse *fs = req_fs(req);
 	struct fuse_entry_param e;
 	struct nx_cred cred;
 	errcode_t err;
 
-	if (S_ISDIR(mode)) {
-		fuse_reply_err(req, EINVAL);
-		return;
-	}
 	get_cred(req, &cred);
 	nx_volume_lock(fs->vol);
-	err = new_entry(fs, &cred, to_ext2(parent), name, mode, rdev, NULL,
+	err = new_entry(fs, &cred, to_ext2(parent), name, mode, rdev, target,
 			&e);
 	nx_volume_unlock(fs->vol);
 	reply_entry(req, fs, &e, err);
 }
 
+static void nx_op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name,
+			mode_t mode, dev_t rdev)
+{
+	if (S_ISDIR(mode))
+		fuse_reply_err(req, EINVAL);
+	else
+		reply_new_entry(req, parent, name, mode, rdev, NULL);
+}
+
 static void nx_op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name,
 			mode_t mode)
 {
-	struct nx_fuse *fs = req_fs(req);
-	struct fuse_entry_param e;
-	struct nx_cred cred;
-	errcode_t err;
-
-	get_cred(req, &cred);
-	nx_volume_lock(fs->vol);
-	err = new_entry(fs, &cred, to_ext2(parent), name,
-			S_IFDIR | (mode & 07777), 0, NULL, &e);
-	nx_volume_unlock(fs->vol);
-	reply_entry(req, fs, &e, err);
+	reply_new_entry(req, parent, name, S_IFDIR | (mode & 07777), 0, NULL);
 }
 
 static void nx_op_symlink(fuse_req_t req, const char *target,
 			  fuse_ino_t parent, const char *name)
 {
-	struct nx_fuse *fs = req_fs(req);
-	struct fuse_entry_param e;
-	struct nx_cred cred;
-	errcode_t err;
-
-	get_cred(req, &cred);
-	nx_volume_lock(fs->vol);
-	err = new_entry(fs, &cred, to_ext2(parent), name, S_IFLNK | 0777, 0,
-			target, &e);
-	nx_volume_unlock(fs->vol);
-	reply_entry(req, fs, &e, err);
+	reply_new_entry(req, parent, name, S_IFLNK | 0777, 0, target);
 }
 
 static void nx_op_link(fuse_req_t req, fuse_ino_t nodeid, fuse_ino_t newparent,
@@ -496,36 +483,35 @@ static void nx_op_link(fuse_req_t req, fuse_ino_t nodeid, fuse_ino_t newparent,
 	reply_entry(req, fs, &e, err);
 }
 
-static void nx_op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
+/* unlink and rmdir (dir.h): REMOVE under the lock, and the reply. */
+static void reply_removal(fuse_req_t req, fuse_ino_t parent, const char *name,
+			  errcode_t (*remove)(struct nx_volume *,
+					      const struct nx_cred *,
+					      ext2_ino_t, const char *,
+					      ext2_ino_t *))
 {
 	struct nx_fuse *fs = req_fs(req);
 	struct nx_cred cred;
-	ext2_ino_t dir = to_ext2(parent), victim = 0;
+	ext2_ino_t victim = 0;
 	errcode_t err;
 
 	get_cred(req, &cred);
 	nx_volume_lock(fs->vol);
-	err = nx_unlink(fs->vol, &cred, dir, name, &victim);
+	err = remove(fs->vol, &cred, to_ext2(parent), name, &victim);
 	if (!err)
 		victim_unlinked(fs, victim);
 	nx_volume_unlock(fs->vol);
 	reply_err(req, err);
 }
 
+static void nx_op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	reply_removal(req, parent, name, nx_unlink);
+}
+
 static void nx_op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
-	struct nx_fuse *fs = req_fs(req);
-	struct nx_cred cred;
-	ext2_ino_t dir = to_ext2(parent), victim = 0;
-	errcode_t err;
-
-	get_cred(req, &cred);
-	nx_volume_lock(fs->vol);
-	err = nx_rmdir(fs->vol, &cred, dir, name, &victim);
-	if (!err)
-		victim_unlinked(fs, victim);
-	nx_volume_unlock(fs->vol);
-	reply_err(req, err);
+	reply_removal(req, parent, name, nx_rmdir);
 }
 
 static void nx_op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
@@ -691,9 +677,7 @@ static errcode_t do_setattr(struct nx_fuse *fs, const struct nx_cred *cred,
 	int valid, mode_set = 0;
 	errcode_t err;
 
-	if (nx_volume_rdonly(vol))
-		return EROFS;
-	err = nx_inode_read(vol, ino, &inode);
+	err = nx_inode_read_rw(vol, ino, &inode);
 	if (err)
 		return err;
 	err = setattr_flags_check(inode.i_flags, to_set);

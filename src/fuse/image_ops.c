@@ -31,6 +31,7 @@
 #include <sys/stat.h>
 #include "nextfs/blkio.h"
 #include "nextfs/file.h"
+#include "nextfs/grow.h"
 #include "nextfs/image.h"
 #include "nextfs/inode.h"
 #include "nextfs/nxioctl.h"
@@ -53,7 +54,7 @@ struct image {
 /* The images of a mount, sorted by id; under the volume lock. */
 struct nx_fuse_images {
 	struct image **v;
-	size_t n;
+	size_t n, cap;
 };
 
 static struct nx_fuse *live_of(fuse_req_t req)
@@ -121,17 +122,15 @@ static struct image *get_image(struct nx_fuse *live,
 			       const struct nx_snapinfo *info)
 {
 	struct nx_fuse_images *im = live->images;
-	struct image *img = find_image(live, info->id), **v;
+	struct image *img = find_image(live, info->id);
 	size_t pos;
 
 	if (img)
 		return img;
 	if (!im && !(im = live->images = calloc(1, sizeof(*im))))
 		return NULL;
-	v = realloc(im->v, (im->n + 1) * sizeof(*v));
-	if (!v)
+	if (nx_grow((void **)&im->v, &im->cap, im->n, sizeof(*im->v), 8))
 		return NULL;
-	im->v = v;
 	img = calloc(1, sizeof(*img));
 	if (!img)
 		return NULL;
@@ -139,7 +138,7 @@ static struct image *get_image(struct nx_fuse *live,
 	strcpy(img->name, info->name);
 	pthread_mutex_init(&img->build, NULL);
 	pos = find_slot(im, info->id);
-	memmove(&im->v[pos + 1], &im->v[pos], (im->n - pos) * sizeof(*v));
+	memmove(&im->v[pos + 1], &im->v[pos], (im->n - pos) * sizeof(*im->v));
 	im->v[pos] = img;
 	im->n++;
 	return img;

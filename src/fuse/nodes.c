@@ -148,7 +148,8 @@ static errcode_t put_node(struct nx_nodes *nodes, struct nx_volume *vol,
 	return unlinked ? nx_inode_release(vol, ino) : 0;
 }
 
-errcode_t nx_nodes_lookup(struct nx_nodes *nodes, ext2_ino_t ino)
+/* One more lookup (or, with OPEN, open handle) of INO; the root has none. */
+static errcode_t take_ref(struct nx_nodes *nodes, ext2_ino_t ino, int open)
 {
 	struct nx_node *n;
 
@@ -157,8 +158,16 @@ errcode_t nx_nodes_lookup(struct nx_nodes *nodes, ext2_ino_t ino)
 	n = get_node(nodes, ino);
 	if (!n)
 		return ENOMEM;
-	n->nlookup++;
+	if (open)
+		n->nopen++;
+	else
+		n->nlookup++;
 	return 0;
+}
+
+errcode_t nx_nodes_lookup(struct nx_nodes *nodes, ext2_ino_t ino)
+{
+	return take_ref(nodes, ino, 0);
 }
 
 errcode_t nx_nodes_forget(struct nx_nodes *nodes, struct nx_volume *vol,
@@ -174,15 +183,7 @@ errcode_t nx_nodes_forget(struct nx_nodes *nodes, struct nx_volume *vol,
 
 errcode_t nx_nodes_open(struct nx_nodes *nodes, ext2_ino_t ino)
 {
-	struct nx_node *n;
-
-	if (ino == EXT2_ROOT_INO)
-		return 0;
-	n = get_node(nodes, ino);
-	if (!n)
-		return ENOMEM;
-	n->nopen++;
-	return 0;
+	return take_ref(nodes, ino, 1);
 }
 
 errcode_t nx_nodes_close(struct nx_nodes *nodes, struct nx_volume *vol,

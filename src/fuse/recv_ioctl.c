@@ -23,6 +23,7 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include "nextfs/grow.h"
 #include "nextfs/nxioctl.h"
 #include "nextfs/receive.h"
 #include "nextfs/snapshot.h"
@@ -50,21 +51,12 @@ static uint64_t next_id;
 
 static void queue(struct invals *q, ext2_ino_t ino, const char *name)
 {
-	struct inval *more;
-
 	if (q->n && q->v[q->n - 1].ino == ino &&
 	    (q->v[q->n - 1].name ? name && !strcmp(q->v[q->n - 1].name, name) :
 	     !name))
 		return;			/* (the same as the last) */
-	if (q->n == q->cap) {
-		size_t cap = q->cap ? 2 * q->cap : 64;
-
-		more = realloc(q->v, cap * sizeof(*more));
-		if (!more)
-			return;		/* the cache times out anyway */
-		q->v = more;
-		q->cap = cap;
-	}
+	if (nx_grow((void **)&q->v, &q->cap, q->n, sizeof(*q->v), 64))
+		return;			/* the cache times out anyway */
 	q->v[q->n].ino = ino;
 	q->v[q->n].name = name ? strdup(name) : NULL;
 	if (!name || q->v[q->n].name)

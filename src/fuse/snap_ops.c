@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include "nextfs/dir.h"
+#include "nextfs/grow.h"
 #include "nextfs/inode.h"
 #include "nextfs/nxioctl.h"
 #include "nextfs/reserve.h"
@@ -114,7 +115,7 @@ static errcode_t view_fs(struct nx_fuse *live, uint32_t id,
 {
 	size_t pos = find_view(live, id);
 	struct nx_snapinfo info;
-	struct nx_fuse *v, **grown;
+	struct nx_fuse *v;
 	struct nx_volume *view;
 	errcode_t err;
 	int idx;
@@ -130,11 +131,10 @@ static errcode_t view_fs(struct nx_fuse *live, uint32_t id,
 	err = nx_snap_view_get(live->vol, id, &view);
 	if (err)
 		return err;
-	grown = realloc(live->views, (live->nviews + 1) * sizeof(*grown));
+	err = nx_grow((void **)&live->views, &live->capviews, live->nviews,
+		      sizeof(*live->views), 8);
 	v = calloc(1, sizeof(*v));
-	if (grown)
-		live->views = grown;
-	if (!grown || !v) {
+	if (err || !v) {
 		free(v);
 		return ENOMEM;
 	}
@@ -178,7 +178,7 @@ static void free_views(struct nx_fuse *live)
 	}
 	free(live->views);
 	live->views = NULL;
-	live->nviews = 0;
+	live->nviews = live->capviews = 0;
 }
 
 /*

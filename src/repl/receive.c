@@ -22,8 +22,8 @@
 #include <string.h>
 #include <sys/stat.h>
 #include "nextfs/dir.h"
+#include "nextfs/grow.h"
 #include "nextfs/inode.h"
-#include "nextfs/nxioctl.h"
 #include "nextfs/snaptool.h"
 #include "nextfs/xattr.h"
 #include "repl_internal.h"
@@ -649,10 +649,15 @@ static int failed(struct nx_recv *r, errcode_t err)
 	errcode_t rerr;
 
 	if (r->state != RS_APPLYING) {
-		/* Nothing of this run applied: nothing changed. */
+		/*
+		 * Nothing of this run applied: nothing changed.  A resumed
+		 * stream cut before it reached the cursor is an interruption
+		 * like any other cut (the pending receive goes on from the
+		 * same cursor); anything else refused this run.
+		 */
 		r->state = RS_FAILED;
 		r->st.resumable = r->pending;
-		r->st.refused = 1;
+		r->st.refused = !(r->pending && err == EXT2_ET_SHORT_READ);
 		return (int)err;
 	}
 	r->state = RS_FAILED;
@@ -831,18 +836,8 @@ static int handle(struct nx_recv *r, const struct nx_ss_cmd *cmd,
 
 static errcode_t buffer(struct nx_recv *r, const void *buf, size_t len)
 {
-	if (r->cap - r->len < len) {
-		size_t cap = r->cap ? r->cap : 65536;
-		unsigned char *more;
-
-		while (cap - r->len < len)
-			cap *= 2;
-		more = realloc(r->buf, cap);
-		if (!more)
-			return ENOMEM;
-		r->buf = more;
-		r->cap = cap;
-	}
+	if (nx_grow_by((void **)&r->buf, &r->cap, r->len, len, 1, 65536))
+		return ENOMEM;
 	memcpy(r->buf + r->len, buf, len);
 	r->len += len;
 	return 0;

@@ -35,6 +35,7 @@
 #include <linux/falloc.h>
 #include "nextfs/dir.h"
 #include "nextfs/file.h"
+#include "nextfs/grow.h"
 #include "nextfs/inode.h"
 #include "nextfs/snapshot.h"
 #include "nextfs/xattr.h"
@@ -59,16 +60,9 @@ static int collect(void *priv, const char *name, size_t namelen,
 	if ((namelen == 1 && name[0] == '.') ||
 	    (namelen == 2 && name[0] == '.' && name[1] == '.'))
 		return 0;
-	if (l->n == l->cap) {
-		size_t cap = l->cap ? 2 * l->cap : 32;
-		struct dent *more = realloc(l->v, cap * sizeof(*more));
-
-		if (!more) {
-			l->err = ENOMEM;
-			return 1;
-		}
-		l->v = more;
-		l->cap = cap;
+	if (nx_grow((void **)&l->v, &l->cap, l->n, sizeof(*l->v), 32)) {
+		l->err = ENOMEM;
+		return 1;
 	}
 	l->v[l->n].ino = ino;
 	memcpy(l->v[l->n].name, name, namelen);
@@ -157,15 +151,8 @@ static errcode_t enter(struct rframe **st, size_t *n, size_t *cap,
 {
 	errcode_t err;
 
-	if (*n == *cap) {
-		size_t c = *cap ? 2 * *cap : 16;
-		struct rframe *more = realloc(*st, c * sizeof(*more));
-
-		if (!more)
-			return ENOMEM;
-		*st = more;
-		*cap = c;
-	}
+	if (nx_grow((void **)st, cap, *n, sizeof(**st), 16))
+		return ENOMEM;
 	memset(&(*st)[*n], 0, sizeof(**st));
 	(*st)[*n].dir = dir;
 	err = list_dir(vol, dir, &(*st)[*n].l);
@@ -443,15 +430,8 @@ struct reverter {
 static errcode_t push(struct pair **v, size_t *n, size_t *cap, ext2_ino_t p,
 		      ext2_ino_t l)
 {
-	if (*n == *cap) {
-		size_t c = *cap ? 2 * *cap : 64;
-		struct pair *more = realloc(*v, c * sizeof(*more));
-
-		if (!more)
-			return ENOMEM;
-		*v = more;
-		*cap = c;
-	}
+	if (nx_grow((void **)v, cap, *n, sizeof(**v), 64))
+		return ENOMEM;
 	(*v)[*n].p = p;
 	(*v)[(*n)++].l = l;
 	return 0;

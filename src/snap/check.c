@@ -28,6 +28,8 @@
 #include <et/com_err.h>
 #include "nextfs/blkio.h"
 #include "nextfs/devname.h"
+#include "nextfs/grow.h"
+#include "nextfs/open.h"
 #include "nextfs/sanity.h"
 #include "nextfs/txn.h"
 #include "nextfs/snaptool.h"
@@ -505,7 +507,8 @@ struct checker {
 	const struct nx_progress *prog;
 	ext2_ino_t snapdir;
 	struct cand *cands;
-	int ncands, capcands;
+	int ncands;
+	size_t capcands;
 	struct cand **real;		/* newest first */
 	int nreal;
 	int list_broken;		/* the on-disk list could not be followed */
@@ -583,15 +586,9 @@ static struct cand *get_cand(struct checker *ck, ext2_ino_t ino)
 
 	if (c)
 		return c;
-	if (ck->ncands == ck->capcands) {
-		int cap = ck->capcands ? ck->capcands * 2 : 16;
-		struct cand *more = realloc(ck->cands, cap * sizeof(*more));
-
-		if (!more)
-			return NULL;
-		ck->cands = more;
-		ck->capcands = cap;
-	}
+	if (nx_grow((void **)&ck->cands, &ck->capcands, (size_t)ck->ncands,
+		    sizeof(*ck->cands), 16))
+		return NULL;
 	c = &ck->cands[ck->ncands++];
 	memset(c, 0, sizeof(*c));
 	c->ino = ino;
@@ -1180,15 +1177,8 @@ static void note_dup_owner(void *priv, ext2_ino_t ino, blk64_t blk,
 
 	if (!ext2fs_test_block_bitmap2(dp->dup, blk) || dp->n >= 4096)
 		return;
-	if (dp->n == dp->cap) {
-		size_t cap = dp->cap ? dp->cap * 2 : 64;
-		struct dup_owner *more = realloc(dp->own, cap * sizeof(*more));
-
-		if (!more)
-			return;
-		dp->own = more;
-		dp->cap = cap;
-	}
+	if (nx_grow((void **)&dp->own, &dp->cap, dp->n, sizeof(*dp->own), 64))
+		return;
 	dp->own[dp->n].blk = blk;
 	dp->own[dp->n].ino = ino;
 	dp->n++;
@@ -1365,7 +1355,7 @@ static errcode_t check_views(struct checker *ck, const char *device)
 	char msg[512] = "";
 	errcode_t err;
 
-	err = nx_volume_open(device, NX_VOL_RDONLY, &vol, msg, sizeof(msg));
+	err = nx_open_volume(device, NX_VOL_RDONLY, &vol, msg, sizeof(msg));
 	if (err) {
 		say(ck, NX_CHECK_ERROR, "the snapshot engine refuses the "
 		    "volume: %s", msg[0] ? msg : error_message(err));

@@ -9,7 +9,8 @@
  *    the block is kept allocated and *moved* into the snapshot as it is
  *    (on_block_stats);
  *  - a file data overwrite: the file gets a new block and the old one is
- *    moved into the snapshot without copying (nx_snap_prepare_overwrite).
+ *    moved into the snapshot without copying (the overwrite policy the
+ *    data path asks, overwrite.h: nx_snap_overwrite_ops below).
  *
  * The snapshot inode's own block map cannot be updated while libext2fs is
  * in the middle of the operation that triggered the preservation (the
@@ -24,12 +25,12 @@
  * sized at the take for one copy of every superblock, descriptor, bitmap
  * and inode-table block plus the snapshot's own block map; those copies
  * and map blocks are "draws" on it, and what live allocations must leave
- * free shrinks with every draw (nx_snap_reserved()), so that df and the
+ * free shrinks with every draw (vol->cow_reserve), so that df and the
  * writers' limits do not move when the snapshot takes what was held for
  * it.  Every other copy - a directory, extent, indirect or xattr block,
  * the data of a +C file - is the writer's: it comes out of the space
- * that writer may use, checked before the write (+C data:
- * nx_snap_preserve_span says NX_SNAP_COPY) or before the request starts
+ * that writer may use, checked before the write (+C data: preserve_span
+ * says NX_PRESERVE_COPY) or before the request starts
  * (reserve.h).
  */
 #include <errno.h>
@@ -38,6 +39,7 @@
 #include "nextfs/blkio.h"
 #include "nextfs/inode.h"
 #include "nextfs/file.h"
+#include "nextfs/reserve.h"
 #include "nextfs/txn.h"
 #include "snap_internal.h"
 
@@ -611,13 +613,13 @@ errcode_t nx_cow_apply_pending(struct nx_snapstore *store)
 	return err;
 }
 
-blk64_t nx_snap_preserve_span(struct nx_volume *vol,
-			      const struct ext2_inode_large *inode,
-			      blk64_t pblk, blk64_t count, int *needs)
+static blk64_t preserve_span(struct nx_volume *vol,
+			     const struct ext2_inode_large *inode,
+			     blk64_t pblk, blk64_t count, int *needs)
 {
 	struct nx_snapstore *store = vol->snap;
-	int kind = (inode->i_flags & FS_NOCOW_FL) ? NX_SNAP_COPY :
-						     NX_SNAP_MOVE;
+	int kind = (inode->i_flags & FS_NOCOW_FL) ? NX_PRESERVE_COPY :
+						     NX_PRESERVE_MOVE;
 	blk64_t i;
 
 	*needs = 0;
@@ -626,7 +628,7 @@ blk64_t nx_snap_preserve_span(struct nx_volume *vol,
 	/* What the write hook will copy: as cow_write_hook decides. */
 	for (i = 0; i < count; i++) {
 		int n = nx_cow_needs_preserve(store, pblk + i) &&
-			(kind == NX_SNAP_MOVE ||
+			(kind == NX_PRESERVE_MOVE ||
 			 block_in_use(vol->fs, pblk + i)) ? kind : 0;
 
 		if (!i)
@@ -637,8 +639,8 @@ blk64_t nx_snap_preserve_span(struct nx_volume *vol,
 	return i;
 }
 
-errcode_t nx_snap_take_moved(struct nx_volume *vol, blk64_t pblk,
-			     blk64_t count)
+static errcode_t take_moved(struct nx_volume *vol, blk64_t pblk,
+			   blk64_t count)
 {
 	struct nx_snapstore *store = vol->snap;
 	blk64_t i;
@@ -650,10 +652,10 @@ errcode_t nx_snap_take_moved(struct nx_volume *vol, blk64_t pblk,
 	return 0;
 }
 
-errcode_t nx_snap_prepare_overwrite(struct nx_volume *vol, ext2_ino_t ino,
-				    struct ext2_inode_large *inode,
-				    blk64_t lblk, blk64_t pblk,
-				    blk64_t *newpblk)
+static errcode_t prepare_overwrite(struct nx_volume *vol, ext2_ino_t ino,
+				   struct ext2_inode_large *inode,
+				   blk64_t lblk, blk64_t pblk,
+				   blk64_t *newpblk)
 {
 	struct nx_snapstore *store = vol->snap;
 	ext2_filsys fs = vol->fs;
@@ -665,7 +667,7 @@ errcode_t nx_snap_prepare_overwrite(struct nx_volume *vol, ext2_ino_t ino,
 		return 0;
 	if (inode->i_flags & FS_NOCOW_FL)
 		return 0;	/* copied by the write hook, stays in place */
-	err = nx_snap_check_space(vol, 1);
+	err = nx_reserve_check_cow(vol, 1);
 	if (err)
 		return err;
 	err = ext2fs_new_block2(fs, pblk, NULL, &nb);
@@ -687,6 +689,13 @@ errcode_t nx_snap_prepare_overwrite(struct nx_volume *vol, ext2_ino_t ino,
 	*newpblk = nb;
 	return 0;
 }
+
+const struct nx_overwrite_ops nx_snap_overwrite_ops = {
+	.prepare = prepare_overwrite,
+	.preserve_span = preserve_span,
+	.take_moved = take_moved,
+	.view_plan = nx_snap_view_plan,
+};
 
 /*
  * Make SNAP the snapshot that receives copy-on-write.  TAKE_MAP is its

@@ -247,15 +247,8 @@ size_t nx_delta_path_at(char **path, size_t *cap, size_t len,
 {
 	size_t need = len + 1 + strlen(name) + 1;
 
-	if (need > *cap) {
-		size_t c = need > 2 * *cap ? need : 2 * *cap;
-		char *more = realloc(*path, c);
-
-		if (!more)
-			return 0;
-		*path = more;
-		*cap = c;
-	}
+	if (nx_grow_by((void **)path, cap, len, need - len, 1, 256))
+		return 0;
 	(*path)[len] = '/';
 	strcpy(*path + len + 1, name);
 	return need - 1;
@@ -403,19 +396,9 @@ static void put(struct wbuf *b, const void *src, size_t len)
 {
 	if (b->err)
 		return;
-	if (b->n + len > b->cap) {
-		size_t cap = b->cap ? b->cap : 4096;
-		char *more;
-
-		while (cap < b->n + len)
-			cap *= 2;
-		more = realloc(b->p, cap);
-		if (!more) {
-			b->err = 1;
-			return;
-		}
-		b->p = more;
-		b->cap = cap;
+	if (nx_grow_by((void **)&b->p, &b->cap, b->n, len, 1, 4096)) {
+		b->err = 1;
+		return;
 	}
 	memcpy(b->p + b->n, src, len);
 	b->n += len;

@@ -32,6 +32,7 @@
 #include "nextfs/delta.h"
 #include "nextfs/inode.h"
 #include "nextfs/dir.h"
+#include "nextfs/grow.h"
 #include "snap_internal.h"
 
 struct side {
@@ -196,16 +197,9 @@ static int collect_dent(struct ext2_dir_entry *dirent, int offset,
 	if (!dirent->inode || (len == 1 && dirent->name[0] == '.') ||
 	    (len == 2 && dirent->name[0] == '.' && dirent->name[1] == '.'))
 		return 0;
-	if (dl->n == dl->cap) {
-		size_t cap = dl->cap ? dl->cap * 2 : 32;
-		struct dent *more = realloc(dl->v, cap * sizeof(*more));
-
-		if (!more) {
-			dl->err = ENOMEM;
-			return DIRENT_ABORT;
-		}
-		dl->v = more;
-		dl->cap = cap;
+	if (nx_grow((void **)&dl->v, &dl->cap, dl->n, sizeof(*dl->v), 32)) {
+		dl->err = ENOMEM;
+		return DIRENT_ABORT;
 	}
 	dl->v[dl->n].ino = dirent->inode;
 	dl->v[dl->n].ftype = ext2fs_dirent_file_type(dirent);
@@ -275,15 +269,8 @@ static errcode_t enter_dir(struct walk *w, ext2_ino_t dir, size_t plen)
 	    ext2fs_test_inode_bitmap2(w->seen, dir))
 		return EXT2_ET_DIR_CORRUPTED;	/* a directory loop */
 	ext2fs_mark_inode_bitmap2(w->seen, dir);
-	if (w->n == w->cap) {
-		size_t cap = w->cap ? 2 * w->cap : 64;
-		struct wframe *more = realloc(w->f, cap * sizeof(*more));
-
-		if (!more)
-			return EXT2_ET_NO_MEMORY;
-		w->f = more;
-		w->cap = cap;
-	}
+	if (nx_grow((void **)&w->f, &w->cap, w->n, sizeof(*w->f), 64))
+		return EXT2_ET_NO_MEMORY;
 	f = &w->f[w->n++];
 	memset(f, 0, sizeof(*f));
 	f->dir = dir;
@@ -375,19 +362,12 @@ static int collect_block(ext2_filsys fs, blk64_t *blocknr,
 			 void *priv)
 {
 	struct blkvec *v = priv;
+	size_t capl = v->cap, capp = v->cap;	/* parallel: one size */
 
-	if (v->n == v->cap) {
-		size_t cap = v->cap ? v->cap * 2 : 64;
-		blk64_t *l = realloc(v->l, cap * sizeof(*l));
-		blk64_t *p = l ? realloc(v->p, cap * sizeof(*p)) : NULL;
-
-		if (l)
-			v->l = l;
-		if (!l || !p)
-			return BLOCK_ABORT;
-		v->p = p;
-		v->cap = cap;
-	}
+	if (nx_grow((void **)&v->l, &capl, v->n, sizeof(*v->l), 64) ||
+	    nx_grow((void **)&v->p, &capp, v->n, sizeof(*v->p), 64))
+		return BLOCK_ABORT;
+	v->cap = capl;
 	v->l[v->n] = blockcnt;
 	v->p[v->n] = *blocknr;
 	v->n++;
@@ -576,24 +556,17 @@ static int collect_xattr(char *name, char *value, size_t value_len,
 			 void *priv)
 {
 	struct xattr_list *xl = priv;
+	size_t capn = xl->cap, capv = xl->cap, capl = xl->cap;
 
 	if (!strcmp(name, "system.data"))
 		return 0;	/* inline data, compared as content */
-	if (xl->n == xl->cap) {
-		size_t cap = xl->cap ? xl->cap * 2 : 8;
-		char **n = realloc(xl->names, cap * sizeof(*n));
-		void **v = n ? realloc(xl->values, cap * sizeof(*v)) : NULL;
-		size_t *l = v ? realloc(xl->lens, cap * sizeof(*l)) : NULL;
-
-		if (n)
-			xl->names = n;
-		if (v)
-			xl->values = v;
-		if (!l)
-			return XATTR_ABORT;
-		xl->lens = l;
-		xl->cap = cap;
-	}
+	/* Parallel arrays: each grows to the same size. */
+	if (nx_grow((void **)&xl->names, &capn, xl->n, sizeof(*xl->names), 8) ||
+	    nx_grow((void **)&xl->values, &capv, xl->n, sizeof(*xl->values),
+		    8) ||
+	    nx_grow((void **)&xl->lens, &capl, xl->n, sizeof(*xl->lens), 8))
+		return XATTR_ABORT;
+	xl->cap = capn;
 	xl->names[xl->n] = strdup(name);
 	xl->values[xl->n] = malloc(value_len ? value_len : 1);
 	if (!xl->names[xl->n] || !xl->values[xl->n])

@@ -32,7 +32,9 @@
 #include <et/com_err.h>
 #include "nextfs/bytechan.h"
 #include "nextfs/devname.h"
+#include "nextfs/fdio.h"
 #include "nextfs/file.h"
+#include "nextfs/grow.h"
 #include "nextfs/image.h"
 #include "nextfs/journal.h"
 #include "snap_internal.h"
@@ -115,26 +117,21 @@ static errcode_t overlay_read(void *priv, void *data, uint64_t off,
 static errcode_t overlay_hold(struct overlay *ov, blk64_t blk, char **ret)
 {
 	char *b = overlay_block(ov, blk);
+	size_t capb, capk;
 	errcode_t err;
 
 	if (b) {
 		*ret = b;
 		return 0;
 	}
-	if (ov->nbufs == ov->cap) {
-		size_t cap = ov->cap ? 2 * ov->cap : 64;
-		char **bufs = realloc(ov->bufs, cap * sizeof(*bufs));
-		blk64_t *blks;
-
-		if (!bufs)
-			return EXT2_ET_NO_MEMORY;
-		ov->bufs = bufs;
-		blks = realloc(ov->blks, cap * sizeof(*blks));
-		if (!blks)
-			return EXT2_ET_NO_MEMORY;
-		ov->blks = blks;
-		ov->cap = cap;
-	}
+	/* Parallel arrays: each grows to the same size. */
+	capb = capk = ov->cap;
+	if (nx_grow((void **)&ov->bufs, &capb, ov->nbufs, sizeof(*ov->bufs),
+		    64) ||
+	    nx_grow((void **)&ov->blks, &capk, ov->nbufs, sizeof(*ov->blks),
+		    64))
+		return EXT2_ET_NO_MEMORY;
+	ov->cap = capb;
 	b = malloc(ov->unit);
 	if (!b)
 		return EXT2_ET_NO_MEMORY;
@@ -347,22 +344,12 @@ int nx_imgsrc_fd(const struct nx_imgsrc *src)
 /* LEN bytes at OFF of FD; a short file reads as zeros past its end. */
 static errcode_t pread_full(int fd, char *buf, uint64_t len, uint64_t off)
 {
-	uint64_t done = 0;
+	size_t done;
+	errcode_t err = nx_read_full(fd, buf, len, (off_t)off, &done);
 
-	while (done < len) {
-		ssize_t n = pread(fd, buf + done, len - done, off + done);
-
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			return errno;
-		}
-		if (n == 0) {
-			memset(buf + done, 0, len - done);
-			break;
-		}
-		done += n;
-	}
+	if (err)
+		return err;
+	memset(buf + done, 0, len - done);
 	return 0;
 }
 
@@ -429,15 +416,9 @@ static errcode_t add_drop(struct strip *st, ext2_ino_t ino)
 {
 	if (!ino || is_dropped(st, ino))
 		return 0;
-	if (st->ndrop == st->cap) {
-		size_t cap = st->cap ? st->cap * 2 : 32;
-		ext2_ino_t *more = realloc(st->drop, cap * sizeof(*more));
-
-		if (!more)
-			return EXT2_ET_NO_MEMORY;
-		st->drop = more;
-		st->cap = cap;
-	}
+	if (nx_grow((void **)&st->drop, &st->cap, st->ndrop, sizeof(*st->drop),
+		    32))
+		return EXT2_ET_NO_MEMORY;
 	st->drop[st->ndrop++] = ino;
 	return 0;
 }

@@ -15,30 +15,10 @@
 #include <string.h>
 #include <unistd.h>
 #include <sys/stat.h>
+#include "nextfs/fdio.h"
 #include "nextfs/image.h"
 
 #define WRITE_CHUNK_BLOCKS 256
-
-static errcode_t write_all(int fd, const char *buf, size_t len, off_t off,
-			   int positional)
-{
-	while (len) {
-		ssize_t n = positional ? pwrite(fd, buf, len, off) :
-			    write(fd, buf, len);
-
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			return errno;
-		}
-		if (n == 0)
-			return ENOSPC;
-		buf += n;
-		len -= n;
-		off += n;
-	}
-	return 0;
-}
 
 static int all_zero(const char *buf, size_t len)
 {
@@ -57,7 +37,7 @@ static errcode_t punch(int fd, off_t off, off_t len, char *zeros, size_t zlen)
 	memset(zeros, 0, zlen);
 	while (len) {
 		size_t n = (size_t)len < zlen ? (size_t)len : zlen;
-		errcode_t err = write_all(fd, zeros, n, off, 1);
+		errcode_t err = nx_write_all(fd, zeros, n, off, NULL);
 
 		if (err)
 			return err;
@@ -99,9 +79,9 @@ static errcode_t place_blocks(struct placed *p, char *buf, blk64_t blk,
 		     j++)
 			;
 		if (!zero) {
-			err = write_all(p->fd, buf + i * p->bs,
-					(j - i) * p->bs,
-					(off_t)((blk + i) * p->bs), 1);
+			err = nx_write_all(p->fd, buf + i * p->bs,
+					   (j - i) * p->bs,
+					   (off_t)((blk + i) * p->bs), NULL);
 			p->written += j - i;
 		} else if (p->punch) {
 			err = punch(p->fd, (off_t)((blk + i) * p->bs),
@@ -125,7 +105,7 @@ static errcode_t stream_zeros(int fd, char *buf, blk64_t from, blk64_t to,
 		blk64_t n = to - from < WRITE_CHUNK_BLOCKS ? to - from :
 			    WRITE_CHUNK_BLOCKS;
 
-		err = write_all(fd, buf, n * bs, 0, 0);
+		err = nx_write_all(fd, buf, n * bs, NX_FD_POS, NULL);
 		from += n;
 	}
 	return err;
@@ -155,7 +135,8 @@ errcode_t nx_imgsrc_write(struct nx_imgsrc *src, int fd, int how,
 			if (err)
 				break;
 			if (how == NX_WRITE_STREAM) {
-				err = write_all(fd, buf, run * bs, 0, 0);
+				err = nx_write_all(fd, buf, run * bs, NX_FD_POS,
+						   NULL);
 				p.written += run;
 			} else {
 				err = place_blocks(&p, buf, blk, run);
@@ -380,8 +361,7 @@ errcode_t nx_imgsrc_update(struct nx_imgsrc *old, struct nx_imgsrc *new,
 		goto out;
 	/* 1. Mark it half done, durably, before any block of NEW lands. */
 	half_super(&so, sn.s_snapshot_id, &half);
-	err = write_all(fd, (const char *)&half, sizeof(half),
-			SUPERBLOCK_OFFSET, 1);
+	err = nx_write_all(fd, &half, sizeof(half), SUPERBLOCK_OFFSET, NULL);
 	if (!err && fdatasync(fd) < 0)
 		err = errno;
 	/* 2. Every block that differs, but the superblock's. */
@@ -393,7 +373,7 @@ errcode_t nx_imgsrc_update(struct nx_imgsrc *old, struct nx_imgsrc *new,
 	if (!err)
 		err = nx_imgsrc_read(new, buf, bs, sbblk * (uint64_t)bs);
 	if (!err) {
-		err = write_all(fd, buf, bs, (off_t)(sbblk * bs), 1);
+		err = nx_write_all(fd, buf, bs, (off_t)(sbblk * bs), NULL);
 		p.written++;
 	}
 	if (!err && fdatasync(fd) < 0)

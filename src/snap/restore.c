@@ -39,6 +39,7 @@
 #include <et/com_err.h>
 #include "nextfs/blkio.h"
 #include "nextfs/grow.h"
+#include "nextfs/open.h"
 #include "nextfs/snaptool.h"
 #include "snap_internal.h"
 
@@ -57,6 +58,7 @@ struct restorer {
 	ext2_ino_t snapdir;
 	ext2_ino_t *cur;		/* current snapshot inodes */
 	int ncur;
+	size_t capcur;
 	struct pair *map;		/* S's data mappings */
 	size_t nmap, capmap;
 	ext2fs_block_bitmap sblocks;	/* every block S's file owns now */
@@ -97,7 +99,7 @@ static errcode_t precheck(const char *device, const char *name, int flags,
 	errcode_t err;
 
 	/* Strict: what the engine would refuse to write, restore refuses. */
-	err = nx_volume_open(device, NX_VOL_RDONLY | NX_VOL_STRICT, &vol, msg,
+	err = nx_open_volume(device, NX_VOL_RDONLY | NX_VOL_STRICT, &vol, msg,
 			     msglen);
 	if (err)
 		return err;
@@ -127,7 +129,7 @@ static errcode_t precheck(const char *device, const char *name, int flags,
 		return EEXIST;
 	}
 	if (idx + 1 < n) {
-		err = nx_volume_open(device, 0, &vol, msg, msglen);
+		err = nx_open_volume(device, 0, &vol, msg, msglen);
 		for (i = n - 1; !err && i > idx; i--) {
 			nx_volume_lock(vol);
 			err = nx_snap_delete(vol, list[i].name);
@@ -199,8 +201,8 @@ static errcode_t load_snapshots(struct restorer *r, const char *name,
 		return err ? err : EINVAL;
 	}
 	while (ino && r->ncur < 1024) {
-		r->cur = realloc(r->cur, (r->ncur + 1) * sizeof(*r->cur));
-		if (!r->cur)
+		if (nx_grow((void **)&r->cur, &r->capcur, (size_t)r->ncur,
+			    sizeof(*r->cur), 16))
 			return EXT2_ET_NO_MEMORY;
 		r->cur[r->ncur++] = ino;
 		err = ext2fs_read_inode_full(fs, ino,

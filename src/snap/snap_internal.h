@@ -7,6 +7,7 @@
 
 #include <stddef.h>
 #include <ext2fs/ext2fs.h>
+#include "nextfs/overwrite.h"
 #include "nextfs/snapshot.h"
 
 /* ext4-snapshots' i_next_snapshot lives in the reserved l_i_version. */
@@ -40,6 +41,7 @@ struct nx_snapstore {
 	struct nx_volume *vol;
 	struct nx_snap **snaps;		/* oldest first */
 	int nsnaps;
+	size_t capsnaps;
 	int ids_sorted;			/* snaps[] ids increase (seek_id) */
 	ext2_ino_t dir;			/* /.snapshots, 0 if absent */
 	struct nx_snap *active;		/* newest; NULL when no snapshot */
@@ -60,7 +62,7 @@ struct nx_snapstore {
 	int applying;			/* apply_pending is running */
 	ext2fs_block_bitmap keep;	/* blocks a delete hands to an older snapshot */
 	struct nx_volume **dead_views;	/* views of deleted snapshots */
-	size_t ndead;
+	size_t ndead, capdead;
 	/*
 	 * Superblocks, descriptors, bitmaps and inode tables: the metadata
 	 * whose copies the COW reserve is sized for (cow.c).
@@ -120,7 +122,42 @@ static inline int nx_pending_get(const struct nx_snapstore *store, blk64_t n,
 	return nx_blkmap_get(&store->pending, n, b);
 }
 
+/*
+ * snapstore.c: loading the store at open (open.c), and the volume hooks
+ * (volume.h) open.c registers for it.
+ *
+ * Attaching reads only: the list, every snapshot file's inode and block
+ * map (sanity.h's map walk), the names and the superblock's snapshot
+ * fields are checked before anything can write.  Damage goes into DMG
+ * (sanity.h, read-write level: the caller makes the refusal line), and
+ * refuses (EXT2_ET_FILESYSTEM_CORRUPTED, nothing attached) - except for a
+ * read-only open (volume.h), which goes on past damage only writing
+ * would meet, and with NX_VOL_SALVAGE without any snapshot (*DROPPED set)
+ * when what views read is damaged.  Other errors: MSG says why.  Once
+ * attached, the store is vol->snap and the overwrite policy
+ * (overwrite.h) is registered; detach undoes both.
+ */
+struct nx_damage;
+errcode_t nx_snap_attach(struct nx_volume *vol, struct nx_damage *dmg,
+			 int *dropped, char *msg, size_t msglen);
+void nx_snap_detach(struct nx_volume *vol);
+/*
+ * The flush hook: complete pending snapshot bookkeeping and write all
+ * dirty metadata.  Without a store this is nx_meta_write().
+ */
+errcode_t nx_snap_flush(struct nx_volume *vol);
+/*
+ * The block_rank hook, for committing without a journal (txn.c):
+ * NX_VOL_RANK_MAP - owned by a snapshot file (a map block or a copy);
+ * NX_VOL_RANK_ACTIVE - the inode-table block holding the active
+ * snapshot's inode; NX_VOL_RANK_INODE - one holding another snapshot
+ * inode; 0 - none of these.
+ */
+int nx_snap_block_rank(struct nx_volume *vol, blk64_t blk);
+
 /* cow.c */
+/* The overwrite policy (overwrite.h) of every volume with a store. */
+extern const struct nx_overwrite_ops nx_snap_overwrite_ops;
 void nx_cow_install(struct nx_snapstore *store);
 void nx_cow_uninstall(struct nx_snapstore *store);
 int nx_cow_needs_preserve(struct nx_snapstore *store, blk64_t blk);
@@ -131,6 +168,9 @@ errcode_t nx_cow_init_fixed(struct nx_snapstore *store);
 errcode_t nx_cow_count_draws(struct nx_snapstore *store);
 
 /* snapview.c */
+/* The overwrite policy's view_plan (overwrite.h). */
+errcode_t nx_snap_view_plan(struct nx_volume *view, void *buf, uint64_t len,
+			    uint64_t offset, struct nx_file_rd *rd);
 errcode_t nx_snap_resolve(struct nx_snapstore *store, int idx, blk64_t blk,
 			  blk64_t *phys);
 errcode_t nx_snap_read_take_bitmap(struct nx_snapstore *store, int idx,

@@ -17,6 +17,7 @@
 #include <sys/stat.h>
 #include <et/com_err.h>
 #include "nextfs/blkio.h"
+#include "nextfs/grow.h"
 #include "nextfs/inode.h"
 #include "nextfs/meta.h"
 #include "nextfs/reserve.h"
@@ -291,6 +292,7 @@ static errcode_t load_list(struct loader *ld)
 		err = EXT2_ET_NO_MEMORY;
 		goto fail;
 	}
+	store->capsnaps = n ? n : 1;
 	for (i = 0; i < n; i++)
 		store->snaps[i] = chain[n - 1 - i];	/* oldest first */
 	store->nsnaps = n;
@@ -361,15 +363,11 @@ static void check_super_fields(struct loader *ld)
  */
 static void retire_view(struct nx_snapstore *store, struct nx_snap *s)
 {
-	struct nx_volume **grown;
-
 	if (!s->view)
 		return;
-	grown = realloc(store->dead_views,
-			(store->ndead + 1) * sizeof(*grown));
-	if (!grown)
+	if (nx_grow((void **)&store->dead_views, &store->capdead, store->ndead,
+		    sizeof(*store->dead_views), 4))
 		return;		/* keep it attached: closed with the snap */
-	store->dead_views = grown;
 	store->dead_views[store->ndead++] = s->view;
 	s->view = NULL;
 }
@@ -485,6 +483,7 @@ errcode_t nx_snap_attach(struct nx_volume *vol, struct nx_damage *dmg,
 		goto fail;
 	}
 	vol->snap = store;
+	vol->overwrite = &nx_snap_overwrite_ops;
 	nx_cow_install(store);
 	nx_cow_count_draws(store);	/* no active snapshot yet: headroom */
 	if (!nx_volume_rdonly(vol) && store->nsnaps) {
@@ -514,6 +513,7 @@ void nx_snap_detach(struct nx_volume *vol)
 	nx_cow_uninstall(store);
 	free_store(store);
 	vol->snap = NULL;
+	vol->overwrite = NULL;
 }
 
 int nx_snap_count(struct nx_volume *vol)
@@ -721,22 +721,6 @@ void nx_snap_keep_headroom(struct nx_volume *vol)
 	nx_cow_count_draws(vol->snap);	/* publishes it */
 }
 
-/* What live allocations leave free now (snapshot.h; kept by cow.c). */
-blk64_t nx_snap_reserved(struct nx_volume *vol)
-{
-	return vol->cow_reserve;
-}
-
-errcode_t nx_snap_check_space(struct nx_volume *vol, blk64_t want)
-{
-	blk64_t reserved = nx_snap_reserved(vol);
-
-	if (reserved &&
-	    ext2fs_free_blocks_count(vol->fs->super) < want + reserved)
-		return ENOSPC;
-	return 0;
-}
-
 errcode_t nx_snap_flush(struct nx_volume *vol)
 {
 	struct nx_snapstore *store = vol->snap;
@@ -935,7 +919,7 @@ errcode_t nx_snap_take(struct nx_volume *vol, const char *name,
 	struct nx_snapstore *store = vol->snap;
 	ext2_filsys fs = vol->fs;
 	struct ext2_inode_large inode;
-	struct nx_snap *s = NULL, **grown;
+	struct nx_snap *s = NULL;
 	ext2fs_block_bitmap map;
 	uint32_t id;
 	errcode_t err;
@@ -965,12 +949,11 @@ errcode_t nx_snap_take(struct nx_volume *vol, const char *name,
 	err = new_snap(fs, &s);
 	if (err)
 		return err;
-	grown = realloc(store->snaps, (store->nsnaps + 1) * sizeof(*grown));
-	if (!grown) {
+	if (nx_grow((void **)&store->snaps, &store->capsnaps,
+		    (size_t)store->nsnaps, sizeof(*store->snaps), 8)) {
 		free_snap(s);
 		return EXT2_ET_NO_MEMORY;
 	}
-	store->snaps = grown;
 	id = fs->super->s_snapshot_id + 1;
 	err = create_snapshot_inode(store, name, id, &s->ino);
 	if (err) {
@@ -1029,25 +1012,19 @@ static int collect_handover(ext2_filsys fs, blk64_t *blocknr,
 			    int ref_offset, void *priv)
 {
 	struct handover *h = priv;
+	size_t capn, capb;
 
 	if (blockcnt < (e2_blkcnt_t)fs->super->s_first_data_block ||
 	    (blk64_t)blockcnt >= ext2fs_blocks_count(fs->super) ||
 	    !ext2fs_test_block_bitmap2(h->need, blockcnt))
 		return 0;
-	if (h->count == h->cap) {
-		size_t cap = h->cap ? h->cap * 2 : 256;
-		blk64_t *n = realloc(h->n, cap * sizeof(*n));
-		blk64_t *b = n ? realloc(h->b, cap * sizeof(*b)) : NULL;
-
-		if (n)
-			h->n = n;
-		if (!n || !b) {
-			h->nomem = 1;
-			return BLOCK_ABORT;
-		}
-		h->b = b;
-		h->cap = cap;
+	capn = capb = h->cap;		/* parallel: one size */
+	if (nx_grow((void **)&h->n, &capn, h->count, sizeof(*h->n), 256) ||
+	    nx_grow((void **)&h->b, &capb, h->count, sizeof(*h->b), 256)) {
+		h->nomem = 1;
+		return BLOCK_ABORT;
 	}
+	h->cap = capn;
 	h->n[h->count] = blockcnt;
 	h->b[h->count] = *blocknr;
 	h->count++;
@@ -1313,12 +1290,12 @@ int nx_snap_block_rank(struct nx_volume *vol, blk64_t blk)
 	    blk >= ext2fs_blocks_count(fs->super))
 		return 0;
 	if (ext2fs_test_block_bitmap2(store->exclude, blk))
-		return NX_SNAP_RANK_MAP;
+		return NX_VOL_RANK_MAP;
 	if (store->active &&
 	    nx_inode_table_block(fs, store->active->ino) == blk)
-		return NX_SNAP_RANK_ACTIVE;
+		return NX_VOL_RANK_ACTIVE;
 	for (i = 0; i < store->nsnaps; i++)
 		if (nx_inode_table_block(fs, store->snaps[i]->ino) == blk)
-			return NX_SNAP_RANK_INODE;
+			return NX_VOL_RANK_INODE;
 	return 0;
 }

@@ -338,6 +338,10 @@ errcode_t nx_snap_read_take_bitmap(struct nx_snapstore *store, int idx,
 	return err;
 }
 
+static const struct nx_volume_hooks view_hooks = {
+	.pread = nx_snap_view_pread,
+};
+
 errcode_t nx_snap_view_open(struct nx_volume *vol, ext2_ino_t snap_ino,
 			    struct nx_volume **ret)
 {
@@ -364,6 +368,9 @@ errcode_t nx_snap_view_open(struct nx_volume *vol, ext2_ino_t snap_ino,
 	view->io = NULL;
 	view->snap = NULL;
 	view->parent = vol;
+	/* Its blocks are where the snapshot keeps them: ask this layer. */
+	nx_volume_set_hooks(view, &view_hooks);
+	view->overwrite = &nx_snap_overwrite_ops;
 	pthread_mutex_init(&view->lock, NULL);
 	*ret = view;
 	return 0;

@@ -21,6 +21,8 @@
 #include "nextfs/blkio.h"
 #include "nextfs/devname.h"
 #include "nextfs/faults.h"
+#include "nextfs/fdio.h"
+#include "nextfs/grow.h"
 #include "nextfs/journal.h"
 
 /*
@@ -160,16 +162,14 @@ static void insert_slot(struct nx_blkio *io, size_t idx)
 /* Make room for one more held block (transactions grow without bound). */
 static errcode_t grow_held(struct nx_blkio *io)
 {
-	size_t cap = io->cap ? 2 * io->cap : BATCH_MAX_BLOCKS, i;
-	struct held_block *nh;
+	size_t cap = io->cap, i;
 	size_t *ns;
 
 	if (io->nheld < io->cap)
 		return 0;
-	nh = realloc(io->held, cap * sizeof(*nh));
-	if (!nh)
+	if (nx_grow((void **)&io->held, &cap, io->nheld, sizeof(*io->held),
+		    BATCH_MAX_BLOCKS))
 		return EXT2_ET_NO_MEMORY;
-	io->held = nh;
 	ns = calloc(4 * cap, sizeof(*ns));
 	if (!ns)
 		return EXT2_ET_NO_MEMORY;
@@ -415,6 +415,9 @@ static int read_direct(struct nx_blkio *io, char *p, uint64_t len,
 static errcode_t read_device(struct nx_blkio *io, char *p, uint64_t len,
 			     uint64_t offset)
 {
+	size_t got;
+	errcode_t err;
+
 	STAT_ADD(io, read_calls, 1);
 	if (io->faults) {
 		int fate = nx_faults_on_read(io->faults, offset, len);
@@ -424,22 +427,11 @@ static errcode_t read_device(struct nx_blkio *io, char *p, uint64_t len,
 	}
 	if (read_direct(io, p, len, offset))
 		return 0;
-	while (len > 0) {
-		ssize_t n = pread(io->fd, p, len, (off_t)offset);
-
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			return errno;
-		}
-		if (n == 0)
-			return EIO;	/* past the end of the device */
-		p += n;
-		len -= (uint64_t)n;
-		offset += (uint64_t)n;
-		STAT_ADD(io, bytes_read, (uint64_t)n);
-	}
-	return 0;
+	err = nx_read_full(io->fd, p, len, (off_t)offset, &got);
+	STAT_ADD(io, bytes_read, (uint64_t)got);
+	if (!err && got < len)
+		err = EIO;	/* past the end of the device */
+	return err;
 }
 
 /*
@@ -559,22 +551,11 @@ void nx_blkio_prefetch(struct nx_blkio *io, uint64_t off, uint64_t len)
 static errcode_t pwrite_all(struct nx_blkio *io, const char *p, uint64_t len,
 			     uint64_t offset)
 {
-	while (len > 0) {
-		ssize_t n = pwrite(io->fd, p, len, (off_t)offset);
+	size_t done;
+	errcode_t err = nx_write_all(io->fd, p, len, (off_t)offset, &done);
 
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			return errno;
-		}
-		if (n == 0)
-			return ENOSPC;
-		p += n;
-		len -= (uint64_t)n;
-		offset += (uint64_t)n;
-		STAT_ADD(io, bytes_written, (uint64_t)n);
-	}
-	return 0;
+	STAT_ADD(io, bytes_written, (uint64_t)done);
+	return err;
 }
 
 static errcode_t write_device(struct nx_blkio *io, const void *buf,

@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 #include <linux/fs.h>
 #include "nextfs/devname.h"
+#include "nextfs/fdio.h"
 #include "nextfs/sanity.h"
 #include "nextfs/volume.h"
 
@@ -162,7 +163,6 @@ errcode_t nx_probe_device(const char *device, int rdonly, struct nx_probe *p,
 			  char *msg, size_t msglen)
 {
 	unsigned char *buf = NULL;
-	ssize_t n;
 	size_t got = 0;
 	errcode_t err;
 	int fd;
@@ -187,17 +187,11 @@ errcode_t nx_probe_device(const char *device, int rdonly, struct nx_probe *p,
 		err = EXT2_ET_NO_MEMORY;
 		goto out;
 	}
-	while (got < PROBE_BYTES &&
-	       (n = pread(fd, buf + got, PROBE_BYTES - got, (off_t)got)) != 0) {
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			nx_set_msg(msg, msglen, "%s: cannot read it: %s",
-				   device, strerror(errno));
-			err = errno;
-			goto out;
-		}
-		got += (size_t)n;
+	err = nx_read_full(fd, buf, PROBE_BYTES, 0, &got);
+	if (err) {
+		nx_set_msg(msg, msglen, "%s: cannot read it: %s", device,
+			   strerror((int)err));
+		goto out;
 	}
 	if (got < SUPERBLOCK_OFFSET + SUPERBLOCK_SIZE) {
 		err = not_ext(device, buf, got, msg, msglen);

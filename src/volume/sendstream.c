@@ -12,8 +12,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 #include "nextfs/crc32c.h"
+#include "nextfs/fdio.h"
+#include "nextfs/grow.h"
 #include "nextfs/sendstream.h"
 
 /* ------------------------------------------------------------------ */
@@ -557,21 +558,10 @@ void nx_ss_enc_free(struct nx_ss_enc *e)
 
 static errcode_t room(struct nx_ss_enc *e, size_t n)
 {
-	size_t cap;
-	unsigned char *more;
-
 	if (e->err)
 		return e->err;
-	if (e->cap - e->len >= n)
-		return 0;
-	cap = e->cap ? e->cap : 4096;
-	while (cap - e->len < n)
-		cap *= 2;
-	more = realloc(e->buf, cap);
-	if (!more)
+	if (nx_grow_by((void **)&e->buf, &e->cap, e->len, n, 1, 4096))
 		return e->err = ENOMEM;
-	e->buf = more;
-	e->cap = cap;
 	return 0;
 }
 
@@ -703,23 +693,13 @@ void nx_ss_enc_consume(struct nx_ss_enc *e, size_t n)
 
 errcode_t nx_ss_enc_flush(struct nx_ss_enc *e, int fd)
 {
-	size_t done = 0, want = complete_bytes(e);
+	size_t done;
+	errcode_t err = nx_write_all(fd, e->buf, complete_bytes(e), NX_FD_POS,
+				     &done);
 
-	while (done < want) {
-		ssize_t n = write(fd, e->buf + done, want - done);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0) {
-			errcode_t err = n < 0 ? errno : EIO;
-
-			nx_ss_enc_consume(e, done);
-			return err;
-		}
-		done += (size_t)n;
-	}
+	/* What went out is gone, also when the write failed part way. */
 	nx_ss_enc_consume(e, done);
-	return 0;
+	return err;
 }
 
 errcode_t nx_ss_enc_resume(struct nx_ss_enc *e, uint64_t index,

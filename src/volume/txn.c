@@ -5,8 +5,9 @@
  *  - blkio holds every metadata write in memory; the COW hook runs when a
  *    block is first held, while the device still has the content the
  *    active snapshot needs (blkio.c);
- *  - nx_snap_flush() brings bitmaps, descriptors, superblock and the
- *    snapshot's pending block map into the held set, to a fixed point;
+ *  - the flush hook (volume.h; the snapshot layer's nx_snap_flush) brings
+ *    bitmaps, descriptors, superblock and the snapshot's pending block
+ *    map into the held set, to a fixed point;
  *  - the held set is logged as one JBD2 transaction and only then written
  *    in place (journal.c) - or, without a journal, written in the P10
  *    order (write_ordered);
@@ -26,7 +27,6 @@
 #include "nextfs/blkio.h"
 #include "nextfs/journal.h"
 #include "nextfs/meta.h"
-#include "nextfs/snapshot.h"
 #include "nextfs/volume.h"
 
 /* Commit at the latest at this many held blocks (memory: 8192 x 4 KiB). */
@@ -306,10 +306,13 @@ fail:
 	return err;
 }
 
-/* Ordered write, phase picks (see write_ordered). */
+/* Ordered write, phase picks (see write_ordered): the block_rank hook. */
 static int pick_rank(struct nx_txn *t, uint64_t off, int rank)
 {
-	return nx_snap_block_rank(t->vol, off / t->vol->fs->blocksize) == rank;
+	const struct nx_volume_hooks *h = t->vol->hooks;
+
+	return h && h->block_rank &&
+	       h->block_rank(t->vol, off / t->vol->fs->blocksize) == rank;
 }
 
 /*
@@ -323,12 +326,12 @@ static int pick_map_or_fresh(void *priv, uint64_t off)
 
 	return ext2fs_test_block_bitmap2(t->fresh,
 					 off / t->vol->fs->blocksize) ||
-	       pick_rank(t, off, NX_SNAP_RANK_MAP);
+	       pick_rank(t, off, NX_VOL_RANK_MAP);
 }
 
 static int pick_active_inode(void *priv, uint64_t off)
 {
-	return pick_rank(priv, off, NX_SNAP_RANK_ACTIVE);
+	return pick_rank(priv, off, NX_VOL_RANK_ACTIVE);
 }
 
 /* The other snapshot inodes' blocks, counted: a sync only if any. */
@@ -340,7 +343,7 @@ struct inode_pick {
 static int pick_snap_inodes(void *priv, uint64_t off)
 {
 	struct inode_pick *p = priv;
-	int yes = pick_rank(p->t, off, NX_SNAP_RANK_INODE);
+	int yes = pick_rank(p->t, off, NX_VOL_RANK_INODE);
 
 	p->picked += yes;
 	return yes;
@@ -449,7 +452,7 @@ errcode_t nx_txn_commit(struct nx_volume *vol)
 	if (err)
 		return fail_volume(t, err);
 	t->committing = 1;
-	err = nx_snap_flush(vol);
+	err = nx_volume_flush(vol);
 	t->committing = 0;
 	if (!err)
 		err = nx_blkio_txn_failed(vol->io);

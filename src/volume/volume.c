@@ -25,10 +25,8 @@
 #include "nextfs/sanity.h"
 #include "nextfs/crc32c.h"
 #include "nextfs/meta.h"
-#include "nextfs/snapshot.h"
 #include "nextfs/txn.h"
 #include "nextfs/journal.h"
-#include "nextfs/orphan.h"
 
 /* Features we can write without breaking anything. */
 #define NX_RW_COMPAT	(EXT2_FEATURE_COMPAT_DIR_PREALLOC |		\
@@ -187,7 +185,7 @@ static errcode_t mark_in_use(struct nx_volume *vol)
 	sb->s_mnt_count++;
 	sb->s_mtime = (uint32_t)time(NULL);
 	ext2fs_mark_super_dirty(vol->fs);
-	/* Through the snapshot layer: the active snapshot keeps the old one. */
+	/* Through the flush hook: the active snapshot keeps the old one. */
 	err = nx_volume_sync(vol);
 	return err;
 }
@@ -216,8 +214,8 @@ static errcode_t read_bitmaps(struct nx_volume *vol, struct nx_damage *dmg)
 	return err;
 }
 
-static errcode_t open_fs(struct nx_volume *vol, struct nx_probe *probe,
-			 struct nx_damage *dmg, char *msg, size_t msglen)
+static errcode_t open_fs(struct nx_volume *vol, struct nx_damage *dmg,
+			 char *msg, size_t msglen)
 {
 	int oflags = EXT2_FLAG_64BITS | EXT2_FLAG_FORCE | EXT2_FLAG_SKIP_MMP;
 	struct ext2_super_block *sb;
@@ -231,9 +229,9 @@ static errcode_t open_fs(struct nx_volume *vol, struct nx_probe *probe,
 				   msglen);
 	if (err)
 		return nx_sanity_journal_refusal(vol->device, err,
-				nx_volume_rdonly(vol),
-				ext2fs_has_feature_has_snapshot(&probe->sb),
-				msg, msglen);
+						 nx_volume_rdonly(vol),
+						 vol->probed_snapshot, msg,
+						 msglen);
 	err = ext2fs_open2(vol->device, NULL, oflags, 0, 0, nx_blkio_manager,
 			   &vol->fs);
 	if (err) {
@@ -245,7 +243,7 @@ static errcode_t open_fs(struct nx_volume *vol, struct nx_probe *probe,
 	sb = vol->fs->super;
 	vol->fs->priv_data = vol;	/* nx_volume_of() */
 	vol->was_clean = (sb->s_state & EXT2_VALID_FS) != 0;
-	/* Nothing is written until start_writing() (see validate()). */
+	/* Nothing is written until step three (see validate()). */
 	nx_blkio_seal(nx_blkio_from_channel(vol->fs->io), 1);
 	/*
 	 * Like the kernel, keep backup superblocks and descriptors as they
@@ -267,7 +265,10 @@ static errcode_t open_fs(struct nx_volume *vol, struct nx_probe *probe,
 	/* Bitmaps, root, the orphans (and their maps) that will be freed. */
 	if (nx_sanity_check_loaded(vol->fs, dmg))
 		return EXT2_ET_FILESYSTEM_CORRUPTED;
-	/* Before nx_snap_attach: cow.c's callbacks chain to ours. */
+	/*
+	 * Before the layers above attach (open.h): the snapshots' allocator
+	 * callbacks (cow.c) chain to ours.
+	 */
 	err = nx_meta_attach(vol);	/* (writers only) */
 	if (err)
 		nx_set_msg(msg, msglen, "%s: %s", vol->device,
@@ -290,6 +291,7 @@ static errcode_t precheck(struct nx_volume *vol, struct nx_probe *probe,
 	err = nx_probe_device(vol->device, lenient, probe, msg, msglen);
 	if (err)
 		return err;
+	vol->probed_snapshot = ext2fs_has_feature_has_snapshot(&probe->sb);
 	check_features(&probe->sb, lenient, dmg);
 	if (dmg->level != NX_DAMAGE_FATAL)
 		nx_sanity_precheck(vol->device, probe, dmg);
@@ -301,87 +303,51 @@ static errcode_t precheck(struct nx_volume *vol, struct nx_probe *probe,
 	return dmg->level ? EXT2_ET_FILESYSTEM_CORRUPTED : 0;
 }
 
-/* Inodes a crash left on the orphan list are freed, as the kernel does. */
-static errcode_t free_orphans(struct nx_volume *vol, char *msg, size_t msglen)
-{
-	unsigned freed = 0;
-	errcode_t err;
-
-	if (!vol->fs->super->s_last_orphan)
-		return 0;
-	err = nx_orphans_recover(vol, &freed);
-	if (!err)
-		err = nx_volume_sync(vol);
-	if (err)
-		nx_set_msg(msg, msglen, "%s: cannot free orphan inodes: %s; "
-			   "run 'nextfs check --repair'", vol->device,
-			   error_message(err));
-	else if (freed)
-		fprintf(stderr, "nextfs: %s: freed %u orphan inode(s)\n",
-			vol->device, freed);
-	return err;
-}
-
-/* The one line for a volume refused because of DMG. */
-static errcode_t refuse(struct nx_volume *vol, const struct nx_damage *dmg,
-			struct nx_probe *probe, char *msg, size_t msglen)
+errcode_t nx_volume_refuse(struct nx_volume *vol, const struct nx_damage *dmg,
+			   char *msg, size_t msglen)
 {
 	return nx_sanity_refusal(vol->device, dmg, nx_volume_lenient(vol),
-				 ext2fs_has_feature_has_snapshot(&probe->sb),
-				 msg, msglen);
-}
-
-/* A read-only open goes on past the snapshots' damage: say so. */
-static void warn_snapshot_damage(struct nx_volume *vol,
-				 const struct nx_damage *dmg, int dropped)
-{
-	fprintf(stderr, "nextfs: %s: warning: %s; reading it %s (repair it "
-		"with 'nextfs check --repair %s')\n", vol->device,
-		dmg->problem, dropped ? "without its snapshots" : "as it is",
-		vol->device);
+				 vol->probed_snapshot, msg, msglen);
 }
 
 /*
- * Step one of every open: decide, reading only, whether the volume may
- * be served and written - what is on the device, the superblock and
- * descriptors (before the journal is replayed), the bitmaps, root and
- * orphans (after), the snapshots' list, ids, maps and superblock fields.
- * Every refusal comes from here.  Until start_writing() the device
- * channel is sealed (nx_blkio_seal): a check that tried to write would
- * fail, not change a volume it is about to refuse.  The one write that
- * comes first is the replay of a crash's journal, on a handle of its own
+ * Step one of every open: decide, reading only, whether volume/ lets the
+ * volume be served and written - what is on the device, the superblock
+ * and descriptors (before the journal is replayed), the bitmaps, root
+ * and orphans (after).  The layers above add their checks before step
+ * two (open.h: the snapshots' list, ids, maps and superblock fields);
+ * every refusal comes from these checks.  Until step three
+ * (nx_volume_start_writing) the device channel is sealed
+ * (nx_blkio_seal): a check that tried to write would fail, not change a
+ * volume it is about to refuse.  The one write that comes first is the
+ * replay of a crash's journal, on a handle of its own
  * (nx_txn_replay_device): what follows checks the volume as the replay
  * leaves it, as the kernel does; the replayed state is the last commit,
  * which any tool would replay first too.
  */
-static errcode_t validate(struct nx_volume *vol, struct nx_probe *probe,
+static errcode_t validate(struct nx_volume *vol, struct nx_damage *dmg,
 			  char *msg, size_t msglen)
 {
-	struct nx_damage dmg = { 0 };
-	int dropped = 0;
+	struct nx_probe probe;
 	errcode_t err;
 
-	err = precheck(vol, probe, &dmg, msg, msglen);
+	err = precheck(vol, &probe, dmg, msg, msglen);
 	if (!err)
-		err = open_fs(vol, probe, &dmg, msg, msglen);
-	if (!err)
-		err = nx_snap_attach(vol, &dmg, &dropped, msg, msglen);
-	if (!err && dmg.level)
-		warn_snapshot_damage(vol, &dmg, dropped);	/* read-only */
-	if (err && dmg.level)
-		err = refuse(vol, &dmg, probe, msg, msglen);
+		err = open_fs(vol, dmg, msg, msglen);
+	if (err && dmg->level)
+		err = nx_volume_refuse(vol, dmg, msg, msglen);
 	return err;
 }
 
 /*
- * Step two, for writers, once every check has passed: enter transaction
- * mode, mark the volume in use, free the orphans a crash left.  A
- * failure here is one of writing, not damage.  (The journal was loaded,
- * and so checked, by the replay in step one; nx_txn_start() loads it
- * again, and would still refuse before its first write.)
+ * Step three, for writers, once every check has passed: enter
+ * transaction mode, mark the volume in use.  A failure here is one of
+ * writing, not damage.  (The journal was loaded, and so checked, by the
+ * replay in step one; nx_txn_start() loads it again, and would still
+ * refuse before its first write.)
  */
-static errcode_t start_writing(struct nx_volume *vol, struct nx_probe *probe,
-			       char *msg, size_t msglen)
+errcode_t nx_volume_start_writing(struct nx_volume *vol, char *msg,
+				  size_t msglen)
 {
 	errcode_t err;
 
@@ -389,15 +355,28 @@ static errcode_t start_writing(struct nx_volume *vol, struct nx_probe *probe,
 	err = nx_txn_start(vol, msg, msglen);
 	if (err)
 		return nx_sanity_journal_refusal(vol->device, err, 0,
-				ext2fs_has_feature_has_snapshot(&probe->sb),
-				msg, msglen);
+						 vol->probed_snapshot, msg,
+						 msglen);
 	err = mark_in_use(vol);
-	if (err) {
+	if (err)
 		nx_set_msg(msg, msglen, "%s: cannot write superblock: %s",
 			vol->device, error_message(err));
-		return err;
-	}
-	return free_orphans(vol, msg, msglen);
+	return err;
+}
+
+void nx_volume_set_hooks(struct nx_volume *vol,
+			 const struct nx_volume_hooks *hooks)
+{
+	vol->hooks = hooks;
+}
+
+/* What the layers above keep in VOL goes first, then meta's state. */
+static void detach_all(struct nx_volume *vol)
+{
+	if (vol->hooks && vol->hooks->detach)
+		vol->hooks->detach(vol);
+	vol->hooks = NULL;
+	nx_meta_detach(vol);
 }
 
 /* Let go of the device (the claim, then the lock) and free VOL. */
@@ -413,10 +392,10 @@ static void release(struct nx_volume *vol)
 	free(vol);
 }
 
-errcode_t nx_volume_open(const char *device, int flags,
-			 struct nx_volume **ret, char *msg, size_t msglen)
+errcode_t nx_volume_open_sealed(const char *device, int flags,
+				struct nx_damage *dmg, struct nx_volume **ret,
+				char *msg, size_t msglen)
 {
-	struct nx_probe probe;
 	struct nx_volume *vol;
 	errcode_t err;
 
@@ -447,24 +426,34 @@ errcode_t nx_volume_open(const char *device, int flags,
 		if (err)
 			goto fail;
 	}
-	err = validate(vol, &probe, msg, msglen);
-	if (!err && !nx_volume_rdonly(vol))
-		err = start_writing(vol, &probe, msg, msglen);
+	err = validate(vol, dmg, msg, msglen);
 	if (err)
 		goto fail;
 	*ret = vol;
 	return 0;
 fail:
+	nx_volume_discard(vol);
+	return err;
+}
+
+void nx_volume_discard(struct nx_volume *vol)
+{
+	if (!vol)
+		return;
 	nx_txn_abort(vol);
-	nx_orphans_free(vol);
-	nx_snap_detach(vol);
-	nx_meta_detach(vol);
+	detach_all(vol);
 	if (vol->fs) {
 		vol->fs->flags &= ~EXT2_FLAG_DIRTY;
 		ext2fs_close_free(&vol->fs);
 	}
 	release(vol);
-	return err;
+}
+
+errcode_t nx_volume_flush(struct nx_volume *vol)
+{
+	if (vol->hooks && vol->hooks->flush)
+		return vol->hooks->flush(vol);
+	return nx_meta_write(vol);
 }
 
 errcode_t nx_volume_sync(struct nx_volume *vol)
@@ -475,7 +464,7 @@ errcode_t nx_volume_sync(struct nx_volume *vol)
 		return 0;
 	if (vol->txn)
 		return nx_txn_commit(vol);
-	err = nx_snap_flush(vol);
+	err = nx_volume_flush(vol);
 	if (!err)
 		err = nx_blkio_flush(vol->io);
 	return err;
@@ -541,9 +530,7 @@ errcode_t nx_volume_close(struct nx_volume *vol)
 				err = nx_volume_sync(vol);
 		}
 		/* Nothing is dirty now: closing writes nothing behind COW's back. */
-		nx_orphans_free(vol);
-		nx_snap_detach(vol);
-		nx_meta_detach(vol);
+		detach_all(vol);
 		if (!err)
 			err = ext2fs_close_free(&vol->fs);
 		else
@@ -589,12 +576,14 @@ errcode_t nx_volume_pread(struct nx_volume *vol, void *buf, uint64_t len,
 {
 	if (vol->io)
 		return nx_blkio_pread(vol->io, buf, len, offset);
-	return nx_snap_view_pread(vol, buf, len, offset);
+	if (vol->hooks && vol->hooks->pread)
+		return vol->hooks->pread(vol, buf, len, offset);
+	return EIO;
 }
 
 /*
  * Free space that a write can really get: for root (f_bfree) the free
- * blocks minus the copy-on-write reserve of an active snapshot, which
+ * blocks minus what the snapshots hold back (vol->cow_reserve), which
  * live writes never take (snapshot.h); for everyone else (f_bavail) the
  * root-reserved blocks less again (reserve.h).  Blocks freed since the
  * last commit are counted free but cannot be reused before it (txn.h):
@@ -612,7 +601,7 @@ errcode_t nx_volume_statfs(struct nx_volume *vol, struct statvfs *st)
 	if (held && !nx_volume_rdonly(vol) && nx_txn_commit(vol) == 0)
 		held = 0;
 	free_blocks = ext2fs_free_blocks_count(sb);
-	held += nx_snap_reserved(vol);
+	held += vol->cow_reserve;
 	free_blocks = free_blocks > held ? free_blocks - held : 0;
 
 	memset(st, 0, sizeof(*st));

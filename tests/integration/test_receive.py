@@ -182,6 +182,11 @@ class ReceiveTest(nx.NxTestCase):
             self.assertIn('stopped before command', err)
             self.assertEqual(snapshots(img), [])
         tok = self.ok(receive(img, '--token')).strip()
+        # a resume cut again before it reaches the cursor applies
+        # nothing and is still an interruption: exit 3, the same token
+        rc, out, err = receive(img, '--resume', data=data[:pts[-1]])
+        self.assertEqual(rc, 3, err)
+        self.assertEqual(self.ok(receive(img, '--token')).strip(), tok)
         t = ns.decode_token(tok)
         self.assertGreater(t['index'], 2)
         # another stream with the same first command: every CRC fine,

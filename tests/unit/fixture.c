@@ -80,9 +80,9 @@ struct nx_volume *nxt_open(const char *path)
 {
 	struct nx_volume *vol = NULL;
 	char msg[256] = "";
-	errcode_t err = nx_volume_open(path, 0, &vol, msg, sizeof(msg));
+	errcode_t err = nx_open_volume(path, 0, &vol, msg, sizeof(msg));
 
-	ck_assert_msg(err == 0, "nx_volume_open(%s): %s", path, msg);
+	ck_assert_msg(err == 0, "nx_open_volume(%s): %s", path, msg);
 	return vol;
 }
 

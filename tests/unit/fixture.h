@@ -6,6 +6,7 @@
 #define NEXTFS_TEST_FIXTURE_H
 
 #include <check.h>
+#include "nextfs/open.h"
 #include "nextfs/volume.h"
 #include "nextfs/perm.h"
 

@@ -25,7 +25,7 @@
  *     report success: a crash at write N from the disk's point of view),
  *     runs W up to the cut (after it only the close; errors after the
  *     cut are ignored), and closes.  Another child then opens the image
- *     WITHOUT faults (nx_volume_open does any recovery) and checks:
+ *     WITHOUT faults (nx_open_volume does any recovery) and checks:
  *     (a) the open succeeds (and the close after the checks);
  *     (b) every snapshot whose take completed before the cut exists and
  *         its view matches its manifest exactly (S1 always, unless W had
@@ -99,6 +99,7 @@
 #include "nextfs/faults.h"
 #include "nextfs/file.h"
 #include "nextfs/inode.h"
+#include "nextfs/open.h"
 #include "nextfs/snapshot.h"
 #include "nextfs/snaptool.h"
 
@@ -811,7 +812,7 @@ static void run_workload(const char *image, const char *spec, int variant,
 	log->cur = 0;
 	log->started[0] = 1;
 	setenv("NEXTFS_FAULTS", spec, 1);
-	err = nx_volume_open(image, 0, &w.vol, msg, sizeof(msg));
+	err = nx_open_volume(image, 0, &w.vol, msg, sizeof(msg));
 	unsetenv("NEXTFS_FAULTS");
 	log->finished[0] = 1;
 	log->rc[0] = err;
@@ -956,7 +957,7 @@ static void verify(const char *image, int variant, const struct wlog *log,
 
 	/* (a) */
 	snprintf(v->phase, sizeof(v->phase), "open");
-	err = nx_volume_open(image, 0, &vol, msg, sizeof(msg));
+	err = nx_open_volume(image, 0, &vol, msg, sizeof(msg));
 	if (err) {
 		vsay(v, 0, F_A, "the volume does not open: %s", msg);
 		v->done = 1;

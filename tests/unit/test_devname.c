@@ -12,6 +12,7 @@
 #include <unistd.h>
 #include "nextfs/devname.h"
 #include "nextfs/holder.h"
+#include "nextfs/open.h"
 #include "fixture.h"
 
 /* s_mnt_count of the primary superblock of the file FD holds. */
@@ -54,7 +55,7 @@ START_TEST(test_pinned_name_reaches_the_pinned_file)
 	ck_assert_int_eq(rename(b, a), 0);	/* the name is B's now */
 	b_hash = nxt_file_hash(a);
 
-	ck_assert_int_eq(nx_volume_open(a, 0, &vol, msg, sizeof(msg)), 0);
+	ck_assert_int_eq(nx_open_volume(a, 0, &vol, msg, sizeof(msg)), 0);
 	ck_assert_int_eq(nx_holder_volume_key(a, key, sizeof(key)), 0);
 	snprintf(want, sizeof(want), "nextfs/vol/f%llx:%llx",
 		 (unsigned long long)st.st_dev, (unsigned long long)st.st_ino);
@@ -97,7 +98,7 @@ START_TEST(test_resolver_decides_once)
 	nxt_mkfs(path, "-t ext4", 16);
 	before = nxt_file_hash(path);
 	nx_dev_set_resolver(refuse);
-	ck_assert_int_eq(nx_volume_open(path, 0, &vol, msg, sizeof(msg)),
+	ck_assert_int_eq(nx_open_volume(path, 0, &vol, msg, sizeof(msg)),
 			 ELOOP);
 	ck_assert_ptr_null(vol);
 	ck_assert_ptr_nonnull(strstr(msg, path));
@@ -106,9 +107,9 @@ START_TEST(test_resolver_decides_once)
 
 	resolved = 0;
 	nx_dev_set_resolver(resolve);
-	ck_assert_int_eq(nx_volume_open(path, 0, &vol, msg, sizeof(msg)), 0);
+	ck_assert_int_eq(nx_open_volume(path, 0, &vol, msg, sizeof(msg)), 0);
 	ck_assert_int_eq(nx_volume_close(vol), 0);
-	ck_assert_int_eq(nx_volume_open(path, NX_VOL_RDONLY, &vol, msg,
+	ck_assert_int_eq(nx_open_volume(path, NX_VOL_RDONLY, &vol, msg,
 					sizeof(msg)), 0);
 	ck_assert_int_eq(nx_volume_close(vol), 0);
 	ck_assert_int_eq(resolved, 1);

@@ -27,6 +27,7 @@
 #include "nextfs/faults.h"
 #include "nextfs/file.h"
 #include "nextfs/inode.h"
+#include "nextfs/open.h"
 #include "nextfs/snapshot.h"
 
 static struct nx_cred root;
@@ -488,7 +489,7 @@ static void run_cut_point(const char *work, const char *masked,
 	ext2_ino_t x;
 	int rc;
 
-	err = nx_volume_open(work, 0, &vol, msg, sizeof(msg));
+	err = nx_open_volume(work, 0, &vol, msg, sizeof(msg));
 	if (err) {
 		problem(pr, "open before the workload: %s", msg);
 		return;
@@ -520,7 +521,7 @@ static void run_cut_point(const char *work, const char *masked,
 			(long)err, strerror(nx_errno(err)));
 
 	/* The next mount replays what the journal committed. */
-	err = nx_volume_open(work, 0, &vol, msg, sizeof(msg));
+	err = nx_open_volume(work, 0, &vol, msg, sizeof(msg));
 	if (err) {
 		problem(pr, "open after the disk recovered: %s", msg);
 		return;
@@ -548,7 +549,7 @@ static void run_cut_point(const char *work, const char *masked,
 	unlink(masked);
 
 	/* s1 unchanged */
-	err = nx_volume_open(work, 0, &vol, msg, sizeof(msg));
+	err = nx_open_volume(work, 0, &vol, msg, sizeof(msg));
 	if (err) {
 		problem(pr, "reopen: %s", msg);
 		return;

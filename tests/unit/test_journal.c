@@ -29,6 +29,7 @@
 #include "nextfs/dir.h"
 #include "nextfs/faults.h"
 #include "nextfs/file.h"
+#include "nextfs/open.h"
 #include "nextfs/xattr.h"
 #include "nextfs/inode.h"
 #include "nextfs/snapshot.h"
@@ -90,7 +91,7 @@ static int change_state(const char *path)
 	size_t n;
 	int i, state = 1;
 
-	if (nx_volume_open(path, NX_VOL_RDONLY, &vol, msg, sizeof(msg)))
+	if (nx_open_volume(path, NX_VOL_RDONLY, &vol, msg, sizeof(msg)))
 		return -1;
 	if (nx_lookup(vol, EXT2_ROOT_INO, "d", &d)) {
 		nx_volume_close(vol);
@@ -198,7 +199,7 @@ START_TEST(test_nextfs_replays_ours)
 	for (cut = first; cut <= last; cut += step) {
 		crash_at(base, work, cut);
 		/* Read-only opens refuse a log with transactions in it. */
-		if (nx_volume_open(work, NX_VOL_RDONLY, &vol, msg,
+		if (nx_open_volume(work, NX_VOL_RDONLY, &vol, msg,
 				   sizeof(msg)) == 0)
 			nx_volume_close(vol);
 		else
@@ -420,7 +421,7 @@ START_TEST(test_journal_with_hole_refused)
 		 ">/dev/null 2>&1", base);
 	ck_assert_int_eq(system(cmd), 0);
 	before = nxt_file_hash(base);
-	err = nx_volume_open(base, 0, &vol, msg, sizeof(msg));
+	err = nx_open_volume(base, 0, &vol, msg, sizeof(msg));
 	ck_assert_int_ne(err, 0);
 	ck_assert_ptr_null(vol);
 	ck_assert_msg(strstr(msg, "journal") != NULL, "message: %s", msg);

@@ -19,6 +19,7 @@
 #include "nextfs/file.h"
 #include "nextfs/inode.h"
 #include "nextfs/meta.h"
+#include "nextfs/open.h"
 #include "nextfs/snapshot.h"
 
 static struct nx_cred root;
@@ -491,7 +492,7 @@ START_TEST(test_dirty_all_and_read_only)
 	ck_assert(memcmp(buf, zero, bs));
 	ck_assert_int_eq(nxt_close_and_fsck(vol, path), 0);
 
-	ck_assert_int_eq(nx_volume_open(path, NX_VOL_RDONLY, &vol, msg,
+	ck_assert_int_eq(nx_open_volume(path, NX_VOL_RDONLY, &vol, msg,
 					sizeof(msg)), 0);
 	ck_assert_ptr_null(vol->meta);
 	nx_meta_dirty_block(vol, 100);

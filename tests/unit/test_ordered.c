@@ -47,6 +47,7 @@
 #include "nextfs/faults.h"
 #include "nextfs/file.h"
 #include "nextfs/inode.h"
+#include "nextfs/open.h"
 #include "nextfs/snapshot.h"
 
 #define IMAGE_MB	4
@@ -131,7 +132,7 @@ static struct nx_volume *open_with_plan(struct run *r)
 	errcode_t err;
 
 	setenv("NEXTFS_FAULTS", r->spec, 1);
-	err = nx_volume_open(r->image, 0, &vol, msg, sizeof(msg));
+	err = nx_open_volume(r->image, 0, &vol, msg, sizeof(msg));
 	unsetenv("NEXTFS_FAULTS");
 	r->opened = !err;
 	return err ? NULL : vol;
@@ -414,7 +415,7 @@ static void judge_s2(void *p)
 	char msg[256];
 	errcode_t err;
 
-	err = nx_volume_open(r->image, 0, &vol, msg, sizeof(msg));
+	err = nx_open_volume(r->image, 0, &vol, msg, sizeof(msg));
 	if (err) {
 		snprintf(r->why, sizeof(r->why), "does not open: %.150s", msg);
 		r->judged = 1;

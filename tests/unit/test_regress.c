@@ -6,7 +6,7 @@
  * it and walked with the fuzzer's own browse code (live tree and every
  * snapshot view).  The file name says what is expected:
  *   open-*.img    must open; the walk must end without a contract breach
- *   refuse-*.img  nx_volume_open() must refuse it with a message
+ *   refuse-*.img  nx_open_volume() must refuse it with a message
  *   rw-*.img      the fuzzer's read-write session (nxb_rw_session: open
  *                 read-write - journal replay, orphans -, browse, a small
  *                 write workload, close, open again, browse, close) on a

@@ -23,6 +23,7 @@
 #include "nextfs/faults.h"
 #include "nextfs/file.h"
 #include "nextfs/inode.h"
+#include "nextfs/open.h"
 #include "nextfs/receive.h"
 #include "nextfs/sendstream.h"
 #include "nextfs/snapshot.h"
@@ -536,7 +537,7 @@ static void crash_run(const char *image, const char *spec, int count)
 	char msg[256];
 
 	setenv("NEXTFS_FAULTS", spec, 1);
-	if (nx_volume_open(image, 0, &vol, msg, sizeof(msg)))
+	if (nx_open_volume(image, 0, &vol, msg, sizeof(msg)))
 		_exit(count ? 1 : 0);	/* a cut inside the open */
 	unsetenv("NEXTFS_FAULTS");
 	if (count) {
@@ -556,7 +557,7 @@ static void crash_check(const char *image)
 	struct nx_volume *vol;
 	int pending, rc;
 
-	if (nx_volume_open(image, 0, &vol, msg, sizeof(msg)))
+	if (nx_open_volume(image, 0, &vol, msg, sizeof(msg)))
 		sweep_fail("open after the crash: %s", msg);
 	nx_volume_lock(vol);
 	pending = nx_recv_pending(vol, &tok, name);

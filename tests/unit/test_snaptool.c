@@ -16,6 +16,7 @@
 #include "nextfs/dir.h"
 #include "nextfs/file.h"
 #include "nextfs/inode.h"
+#include "nextfs/open.h"
 #include "nextfs/snapshot.h"
 #include "nextfs/image.h"
 #include "nextfs/snaptool.h"
@@ -332,16 +333,16 @@ START_TEST(test_check_repairs_broken_chain)
 		 * names the damage, points at the checker and writes
 		 * nothing; a salvaging read goes on without the snapshots.
 		 */
-		ck_assert_int_ne(nx_volume_open(path, 0, &vol, msg,
+		ck_assert_int_ne(nx_open_volume(path, 0, &vol, msg,
 						sizeof(msg)), 0);
 		ck_assert_ptr_null(vol);
 		ck_assert_ptr_nonnull(strstr(msg, "nextfs check --repair"));
 		ck_assert_ptr_nonnull(strstr(msg, "inode 5"));
 		ck_assert_uint_eq(nxt_file_hash(path), before);
-		ck_assert_int_ne(nx_volume_open(path, NX_VOL_RDONLY, &vol, msg,
+		ck_assert_int_ne(nx_open_volume(path, NX_VOL_RDONLY, &vol, msg,
 						sizeof(msg)), 0);
 		ck_assert_ptr_nonnull(strstr(msg, "nextfs check --repair"));
-		ck_assert_int_eq(nx_volume_open(path, NX_VOL_RDONLY |
+		ck_assert_int_eq(nx_open_volume(path, NX_VOL_RDONLY |
 						NX_VOL_SALVAGE, &vol, msg,
 						sizeof(msg)), 0);
 		ck_assert_int_eq(nx_snap_count(vol), 0);
@@ -506,7 +507,7 @@ START_TEST(test_bad_input_changes_nothing)
 	ck_assert_int_eq(nx_snap_restore(path, "nope", 0, NULL, &rres, msg,
 					 sizeof(msg)), ENOENT);
 	ck_assert_ptr_nonnull(strstr(msg, "no snapshot named 'nope'"));
-	ck_assert_int_eq(nx_volume_open(path, NX_VOL_RDONLY, &ro, msg,
+	ck_assert_int_eq(nx_open_volume(path, NX_VOL_RDONLY, &ro, msg,
 					sizeof(msg)), 0);
 	ck_assert_int_eq(nx_imgsrc_open_export(ro, "nope", &src, msg,
 					       sizeof(msg)), ENOENT);
@@ -559,13 +560,13 @@ START_TEST(test_export_is_standalone)
 	nxt_root_cred(&root);
 	nxt_mkfs(path, nxt_flavours[_i], 32);
 	build_scene(path, &sc);
-	ck_assert_int_eq(nx_volume_open(path, NX_VOL_RDONLY, &vol, NULL, 0),
+	ck_assert_int_eq(nx_open_volume(path, NX_VOL_RDONLY, &vol, NULL, 0),
 			 0);
 	for (i = 0; i < 2; i++) {
 		snprintf(out, sizeof(out), "%s.%s", path, names[i]);
 		export_to(vol, names[i], out, NX_WRITE_FILE);
 		ck_assert_int_eq(nxt_fsck(out), 0);
-		ck_assert_int_eq(nx_volume_open(out, NX_VOL_RDONLY, &ex, NULL,
+		ck_assert_int_eq(nx_open_volume(out, NX_VOL_RDONLY, &ex, NULL,
 						0), 0);
 		ck_assert(!ext2fs_has_feature_has_snapshot(ex->fs->super));
 		ck_assert(!(ex->fs->super->s_flags & EXT2_FLAGS_IS_SNAPSHOT));
@@ -652,7 +653,7 @@ START_TEST(test_diff_reports_changes)
 	ck_assert_int_eq(nx_snap_take(vol, "s2", NULL), 0);
 	ck_assert_int_eq(nx_volume_close(vol), 0);
 
-	ck_assert_int_eq(nx_volume_open(path, NX_VOL_RDONLY, &vol, NULL, 0),
+	ck_assert_int_eq(nx_open_volume(path, NX_VOL_RDONLY, &vol, NULL, 0),
 			 0);
 	diff(vol, "s1", "s2", &d);
 	/* root and dir changed their entries (mtime); keep is untouched */
@@ -677,7 +678,7 @@ START_TEST(test_diff_reports_changes)
 	make_dir(vol, "d2");
 	write_file(vol, "d2/x", 0, 100, 9);
 	ck_assert_int_eq(nx_volume_close(vol), 0);
-	ck_assert_int_eq(nx_volume_open(path, NX_VOL_RDONLY, &vol, NULL, 0),
+	ck_assert_int_eq(nx_open_volume(path, NX_VOL_RDONLY, &vol, NULL, 0),
 			 0);
 	diff(vol, "s2", NULL, &d);
 	ck_assert_str_eq(d.text,
@@ -755,7 +756,7 @@ START_TEST(test_delta_extents_and_encoding)
 	sparse = lookup_path(vol->fs, "sparse");
 	ck_assert_int_eq(nx_volume_close(vol), 0);
 
-	ck_assert_int_eq(nx_volume_open(path, NX_VOL_RDONLY, &vol, NULL, 0),
+	ck_assert_int_eq(nx_open_volume(path, NX_VOL_RDONLY, &vol, NULL, 0),
 			 0);
 	ck_assert_int_eq(nx_snap_find(vol, "s1", &s1), 0);
 	ck_assert_int_eq(nx_snap_find(vol, "s2", &s2), 0);
@@ -940,7 +941,7 @@ static void view_block(const char *path, const char *name, blk64_t blk,
 	struct nx_snapinfo info;
 	struct nx_volume *vol, *view;
 
-	ck_assert_int_eq(nx_volume_open(path, NX_VOL_RDONLY, &vol, NULL, 0),
+	ck_assert_int_eq(nx_open_volume(path, NX_VOL_RDONLY, &vol, NULL, 0),
 			 0);
 	ck_assert_int_eq(nx_snap_find(vol, name, &info), 0);
 	ck_assert_int_eq(nx_snap_view_open(vol, info.ino, &view), 0);

@@ -58,7 +58,7 @@ static errcode_t try_open(const char *path, int flags, struct nx_volume **vol,
 			  char *msg, size_t len)
 {
 	*vol = NULL;
-	return nx_volume_open(path, flags, vol, msg, len);
+	return nx_open_volume(path, flags, vol, msg, len);
 }
 
 /*
