@@ -17,7 +17,9 @@
  * previous callback) and through nx_meta_dirty_*() for everything else
  * (inode allocation, direct bitmap edits).  As a safety net, any group
  * whose in-memory descriptor differs from the one last written is
- * written too.
+ * written too.  nextfs's own range allocations and frees go through
+ * nx_meta_alloc_stats_range(), so that every callback in the chain
+ * (this module's, txn.c's, the snapshot layer's) learns the range.
  */
 #ifndef NEXTFS_META_H
 #define NEXTFS_META_H
@@ -36,6 +38,15 @@ void nx_meta_dirty_block(struct nx_volume *vol, blk64_t blk);
 void nx_meta_dirty_inode(struct nx_volume *vol, ext2_ino_t ino);
 /* Everything is dirty (after a bulk change such as a restore). */
 void nx_meta_dirty_all(struct nx_volume *vol);
+
+/*
+ * ext2fs_block_alloc_stats_range(FS, BLK, NUM, INUSE), with the range
+ * callbacks told BLK and NUM.  libext2fs 1.47.0 tells them the end of the
+ * range and a count of 0 (fixed upstream later), so a callback that needs
+ * the blocks learns nothing from it.  INUSE: +1 allocated, -1 freed.
+ */
+void nx_meta_alloc_stats_range(ext2_filsys fs, blk64_t blk, blk_t num,
+			       int inuse);
 
 /*
  * Blocks set in MAP are written as free although the in-memory bitmap

@@ -77,7 +77,8 @@ struct nx_volume_hooks {
 	/*
 	 * When a commit without a journal writes block BLK (txn.h's ordered
 	 * write): NX_VOL_RANK_MAP first (with the blocks allocated since the
-	 * last commit), then NX_VOL_RANK_INODE, then all the rest (0).
+	 * last commit), then NX_VOL_RANK_ACTIVE (alone, synced), then
+	 * NX_VOL_RANK_INODE, then all the rest (0).
 	 * NULL: 0 for every block.
 	 */
 	int (*block_rank)(struct nx_volume *vol, blk64_t blk);
@@ -96,6 +97,7 @@ struct nx_volume_hooks {
 };
 #define NX_VOL_RANK_MAP		1
 #define NX_VOL_RANK_INODE	2
+#define NX_VOL_RANK_ACTIVE	3
 
 struct nx_volume {
 	ext2_filsys fs;			/* libext2fs handle, owned */

@@ -28,6 +28,7 @@
 #include <string.h>
 #include "nextfs/file.h"
 #include "nextfs/inode.h"
+#include "nextfs/meta.h"
 #include "nextfs/reserve.h"
 
 #define NX_LBLK_END	((blk64_t)1 << 32)
@@ -194,7 +195,7 @@ errcode_t nx_fmap_new_blocks(struct nx_volume *vol, blk64_t goal,
 	if (!find_free_run_from(fs, goal, &rs))
 		return ENOSPC;
 found:
-	ext2fs_block_alloc_stats_range(fs, rs.start, (blk_t)rs.len, +1);
+	nx_meta_alloc_stats_range(fs, rs.start, (blk_t)rs.len, +1);
 	*pblk = rs.start;
 	*got = rs.len;
 	return 0;
@@ -508,8 +509,8 @@ static errcode_t ext_alloc(struct nx_fmap *m, blk64_t lblk, blk64_t len,
 	err = ext_map_new(m->handle, lblk, pblk, got, uninit, &mapped);
 	m->have_last = 0;
 	if (mapped < got)
-		ext2fs_block_alloc_stats_range(fs, pblk + mapped,
-					       (blk_t)(got - mapped), -1);
+		nx_meta_alloc_stats_range(fs, pblk + mapped,
+					  (blk_t)(got - mapped), -1);
 	if (!mapped)
 		return err ? err : ENOSPC;
 	ext2fs_iblk_add_blocks(fs, (struct ext2_inode *)m->inode, mapped);
@@ -722,7 +723,7 @@ static errcode_t ind_alloc(struct nx_fmap *m, blk64_t lblk, blk64_t len,
 	err = nx_fmap_new_blocks(m->vol, goal, n, 0, &pblk, &got);
 	if (!err && pblk + got > ((blk64_t)1 << 32)) {
 		/* Block maps hold 32-bit block numbers. */
-		ext2fs_block_alloc_stats_range(fs, pblk, (blk_t)got, -1);
+		nx_meta_alloc_stats_range(fs, pblk, (blk_t)got, -1);
 		err = ENOSPC;
 	}
 	if (err)
@@ -734,8 +735,7 @@ static errcode_t ind_alloc(struct nx_fmap *m, blk64_t lblk, blk64_t len,
 		if (err) {
 			for (n = 0; n < got; n++)
 				tab[i + n] = 0;
-			ext2fs_block_alloc_stats_range(fs, pblk, (blk_t)got,
-						       -1);
+			nx_meta_alloc_stats_range(fs, pblk, (blk_t)got, -1);
 			goto undo;
 		}
 	}
@@ -876,8 +876,7 @@ static errcode_t ext_replace(struct nx_fmap *m, blk64_t lblk, blk64_t len,
 		return err;
 	err = ext_remap_piece(m->handle, &ex, lblk, got, pblk);
 	if (err) {
-		ext2fs_block_alloc_stats_range(m->vol->fs, pblk, (blk_t)got,
-					       -1);
+		nx_meta_alloc_stats_range(m->vol->fs, pblk, (blk_t)got, -1);
 		return err;
 	}
 	/* Mapped now: the caller must fill or unmap it, even on an error. */

@@ -149,8 +149,9 @@ errcode_t nx_snap_flush(struct nx_volume *vol);
 /*
  * The block_rank hook, for committing without a journal (txn.c):
  * NX_VOL_RANK_MAP - owned by a snapshot file (a map block or a copy);
- * NX_VOL_RANK_INODE - an inode-table block holding a snapshot inode;
- * 0 - neither.
+ * NX_VOL_RANK_ACTIVE - the inode-table block holding the active
+ * snapshot's inode; NX_VOL_RANK_INODE - one holding another snapshot
+ * inode; 0 - none of these.
  */
 int nx_snap_block_rank(struct nx_volume *vol, blk64_t blk);
 

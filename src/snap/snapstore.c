@@ -1291,6 +1291,9 @@ int nx_snap_block_rank(struct nx_volume *vol, blk64_t blk)
 		return 0;
 	if (ext2fs_test_block_bitmap2(store->exclude, blk))
 		return NX_VOL_RANK_MAP;
+	if (store->active &&
+	    nx_inode_table_block(fs, store->active->ino) == blk)
+		return NX_VOL_RANK_ACTIVE;
 	for (i = 0; i < store->nsnaps; i++)
 		if (nx_inode_table_block(fs, store->snaps[i]->ino) == blk)
 			return NX_VOL_RANK_INODE;

@@ -18,7 +18,9 @@
  *    ext2fs_new_inode() and ext2fs_new_block*() clear UNINIT flags of
  *    groups they pass, and 1.47.0's ext2fs_block_alloc_stats_range()
  *    hands its callback the end of the range and a count of 0 (fixed
- *    upstream later), so the callback tells only the range's last group.
+ *    upstream later), so the callback tells only the range's last group
+ *    (nextfs's own ranges come through nx_meta_alloc_stats_range(),
+ *    which tells the callbacks the whole range).
  *
  * The callbacks find their state through nx_volume_of(fs)->meta.
  * Everything runs under the volume's lock.
@@ -89,6 +91,32 @@ static void on_block_range_stats(ext2_filsys fs, blk64_t blk, blk_t num,
 		mark_blocks(m, blk, num);
 	else	/* 1.47.0: BLK is one past the range (see top of file) */
 		mark_blocks(m, blk - 1, 1);
+}
+
+/*
+ * The callbacks are taken off while libext2fs does the accounting (it
+ * would call them with the wrong range) and called once with the right
+ * one.  Where libext2fs calls no callback - nothing to do, or a range
+ * beyond the volume, which it refuses with a message - neither do we.
+ * txn.c needs this most: without a journal, a commit writes the blocks
+ * allocated since the last commit before everything else, and a new
+ * indirect block it never heard of went out after the inode pointing at
+ * it, so a crash in between left the inode pointing at stale data.
+ */
+void nx_meta_alloc_stats_range(ext2_filsys fs, blk64_t blk, blk_t num,
+			       int inuse)
+{
+	range_stats_fn chain = NULL, dummy;
+
+	if (!inuse || !num || blk + num > ext2fs_blocks_count(fs->super)) {
+		ext2fs_block_alloc_stats_range(fs, blk, num, inuse);
+		return;
+	}
+	ext2fs_set_block_alloc_stats_range_callback(fs, NULL, &chain);
+	ext2fs_block_alloc_stats_range(fs, blk, num, inuse);
+	ext2fs_set_block_alloc_stats_range_callback(fs, chain, &dummy);
+	if (chain)
+		chain(fs, blk, num, inuse > 0 ? 1 : -1);
 }
 
 /* Volumes we can write group by group; others keep ext2fs_flush2(). */

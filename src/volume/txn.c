@@ -115,9 +115,40 @@ static void on_block_stats(ext2_filsys fs, blk64_t blk, int inuse)
 }
 
 /*
- * (libext2fs 1.47.0 passes NUM = 0 here - see meta.c - so range frees are
- * not held back.  Ours free blocks the same operation just allocated,
- * which no commit has seen: reusing them at once is safe.)
+ * Is [BLK, BLK + NUM) inside the volume, with no block freed since the
+ * last commit in it (track_block would find each of them fresh)?
+ */
+static int fresh_run(struct nx_txn *t, ext2_filsys fs, blk64_t blk,
+		     blk_t num)
+{
+	blk64_t found;
+
+	if (blk < fs->super->s_first_data_block ||
+	    blk + num > ext2fs_blocks_count(fs->super))
+		return 0;
+	return !t->ndeferred ||
+	       ext2fs_find_first_set_block_bitmap2(t->deferred, blk,
+						   blk + num - 1, &found) != 0;
+}
+
+/* One block of a range (see on_block_range_stats). */
+static void track_range_block(struct nx_txn *t, ext2_filsys fs, blk64_t blk,
+			      int inuse)
+{
+	if (inuse < 0 && ext2fs_test_block_bitmap2(t->fresh, blk))
+		ext2fs_unmark_block_bitmap2(t->fresh, blk);
+	else
+		track_block(t, fs, blk, inuse);
+}
+
+/*
+ * Ranges come from nextfs's allocator (nx_meta_alloc_stats_range: the
+ * range as it is; libext2fs 1.47.0 alone would pass NUM = 0).  Its
+ * allocations must be marked fresh like any other: a new indirect block
+ * is one, and the ordered commit must write it before the inode that
+ * points at it.  Its frees are of blocks the same operation just
+ * allocated, which no commit has seen in use: they may be reused at
+ * once, so they are not held back.
  */
 static void on_block_range_stats(ext2_filsys fs, blk64_t blk, blk_t num,
 				 int inuse)
@@ -127,8 +158,12 @@ static void on_block_range_stats(ext2_filsys fs, blk64_t blk, blk_t num,
 
 	if (t) {
 		note_change(t);
-		for (i = 0; i < num; i++)
-			track_block(t, fs, blk + i, inuse);
+		if (inuse > 0 && fresh_run(t, fs, blk, num))
+			/* A run of file data, maybe long: in one go. */
+			ext2fs_mark_block_bitmap_range2(t->fresh, blk, num);
+		else
+			for (i = 0; i < num; i++)
+				track_range_block(t, fs, blk + i, inuse);
 	}
 	if (t && t->old_range_stats)
 		t->old_range_stats(fs, blk, num, inuse);
@@ -294,24 +329,44 @@ static int pick_map_or_fresh(void *priv, uint64_t off)
 	       pick_rank(t, off, NX_VOL_RANK_MAP);
 }
 
+static int pick_active_inode(void *priv, uint64_t off)
+{
+	return pick_rank(priv, off, NX_VOL_RANK_ACTIVE);
+}
+
+/* The other snapshot inodes' blocks, counted: a sync only if any. */
+struct inode_pick {
+	struct nx_txn *t;
+	size_t picked;
+};
+
 static int pick_snap_inodes(void *priv, uint64_t off)
 {
-	return pick_rank(priv, off, NX_VOL_RANK_INODE);
+	struct inode_pick *p = priv;
+	int yes = pick_rank(p->t, off, NX_VOL_RANK_INODE);
+
+	p->picked += yes;
+	return yes;
 }
 
 /*
  * No journal: copies are already on the device; make them durable, then
  * the snapshots' block maps and the live tree's new blocks (tree blocks
- * before the inodes that point at them), then the snapshot inodes, then
- * everything else.  A crash anywhere leaves every block a snapshot maps
- * either unmapped-and-unchanged or mapped-and-durable, and no inode,
- * indirect block or extent pointing at a new block that was never
- * written (e2fsck would read its old content as block pointers or
- * directory entries).
+ * before the inodes that point at them), then the active snapshot's
+ * inode, then the other snapshot inodes, then everything else.  The
+ * active snapshot's inode comes alone: the block map it roots may be
+ * what maps the copy of an inode-table block holding another snapshot's
+ * inode (and live inodes), which is written in place only after it.
+ * A crash anywhere leaves every block a snapshot maps either
+ * unmapped-and-unchanged or mapped-and-durable, and no inode, indirect
+ * block or extent pointing at a new block that was never written
+ * (e2fsck would read its old content as block pointers or directory
+ * entries).
  */
 static errcode_t write_ordered(struct nx_txn *t)
 {
 	struct nx_blkio *io = t->vol->io;
+	struct inode_pick others = { t, 0 };
 	errcode_t err;
 
 	err = nx_blkio_sync(io);
@@ -320,8 +375,12 @@ static errcode_t write_ordered(struct nx_txn *t)
 	if (!err)
 		err = nx_blkio_sync(io);
 	if (!err)
-		err = nx_blkio_write_held(io, pick_snap_inodes, t);
+		err = nx_blkio_write_held(io, pick_active_inode, t);
 	if (!err)
+		err = nx_blkio_sync(io);
+	if (!err)
+		err = nx_blkio_write_held(io, pick_snap_inodes, &others);
+	if (!err && others.picked)
 		err = nx_blkio_sync(io);
 	if (!err)
 		err = nx_blkio_write_held(io, NULL, NULL);
