@@ -281,6 +281,22 @@ static void nx_op_destroy(void *userdata)
  * through its handle any more (whether its last FORGET has been served
  * yet or not).
  */
+/*
+ * A view's root holds the real /.snapshots as it was at the take: the
+ * snapshot files of that time, which are no files of the snapshot's tree
+ * (tar, rsync and a restore must never see them, and only the live
+ * mount's .snapshots lists snapshots).  Its readdir leaves the name out
+ * (fill_dir); lookup and handles must not reach it either.
+ */
+static int is_view_snapdir(struct nx_fuse *fs, ext2_ino_t ino)
+{
+	ext2_ino_t sd = 0;
+
+	return fs->hides_snapdir &&
+	       !nx_lookup(fs->vol, EXT2_ROOT_INO, NX_SNAPDIR_NAME, &sd) &&
+	       sd == ino;
+}
+
 static errcode_t handle_target(struct nx_fuse *fs, fuse_ino_t nodeid)
 {
 	struct ext2_super_block *sb = fs->vol->fs->super;
@@ -294,6 +310,8 @@ static errcode_t handle_target(struct nx_fuse *fs, fuse_ino_t nodeid)
 	    (ino < EXT2_FIRST_INO(sb) || ino > sb->s_inodes_count))
 		return ESTALE;
 	if (!fs->space && ino == nx_snap_dir_ino(fs->vol))
+		return ESTALE;
+	if (fs->space && is_view_snapdir(fs, ino))
 		return ESTALE;
 	err = nx_inode_read(fs->vol, ino, &inode);
 	if (err)
@@ -319,6 +337,8 @@ static void nx_op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	if (strcmp(name, ".") == 0) {	/* export support: node by id */
 		ino = dir;
 		err = handle_target(fs, parent);
+	} else if (fs->space && nx_fuse_hidden(dir, name, strlen(name))) {
+		err = ENOENT;	/* a view's own /.snapshots: is_view_snapdir */
 	} else {
 		err = nx_lookup(fs->vol, dir, name, &ino);
 	}

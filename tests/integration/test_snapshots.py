@@ -267,6 +267,15 @@ class SnapshotTest(nx.NxTestCase):
             t1 = os.stat(os.path.join(sd, 'b-first')).st_mtime_ns
             t2 = os.stat(os.path.join(sd, 'a-second')).st_mtime_ns
             self.assertLessEqual(t1, t2)
+            # a snapshot's root held the real /.snapshots at its take
+            # (the snapshot files of that time): not part of its tree,
+            # neither listed nor reachable by name
+            inner = os.path.join(sd, 'a-second')
+            self.assertNotIn('.snapshots', os.listdir(inner))
+            self.assertErrno(errno.ENOENT, os.stat,
+                             os.path.join(inner, '.snapshots'))
+            self.assertErrno(errno.ENOENT, os.stat,
+                             os.path.join(inner, '.snapshots', 'b-first'))
             # .snapshots itself cannot go away
             self.assertRaises(OSError, os.rmdir, sd)
             self.assertRaises(OSError, os.rename, sd, m.p('elsewhere'))
