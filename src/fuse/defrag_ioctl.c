@@ -38,6 +38,7 @@ static errcode_t defrag_file(struct nx_volume *vol, const struct nx_cred *cred,
 	int done = 0;
 	errcode_t err;
 
+	memset(d, 0, sizeof(*d));	/* freed below whatever happens */
 	nx_volume_lock(vol);
 	err = may_defrag(vol, cred, ino);
 	if (!err)
