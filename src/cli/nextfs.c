@@ -191,12 +191,11 @@ static const struct nx_cli_cmd versions_cmd = {
 
 static const struct nx_cli_cmd defrag_cmd = {
 	.name = "defrag", .min = 1, .max = -1, .run = nx_cmd_defrag,
-	.params = "path:PATH",
+	.params = "rest:PATH",
 	.usage = "[-r] [--json] PATH...",
-	.summary = "rewrite fragmented files of a mount contiguously, "
-		   "snapshots untouched",
+	.summary = "rewrite fragmented files contiguously, snapshots kept",
 	.opts = (const struct nx_cli_opt[]) {
-		{ "-r|--recursive", NULL, NX_OPT_RECURSIVE, 1 },
+		{ "-r", NULL, NX_OPT_RECURSIVE, 1 },
 		{ "--json", NULL, NX_OPT_JSON, 1 },
 		{ NULL },
 	},
@@ -207,8 +206,8 @@ static const struct nx_cli_cmd defrag_cmd = {
 	"snapshot still needs go to it as they are; the others become free:\n"
 	"every snapshot reads exactly what it read before.  A file is left\n"
 	"alone, with one line saying why, when free space is too fragmented\n"
-	"to improve it, when it is not a regular file or a symbolic link\n"
-	"(never followed), inside .snapshots, or not yours to write.\n"
+	"to improve it, when it is a symbolic link (never followed) or not a\n"
+	"regular file, inside .snapshots, or not yours to write.\n"
 	"Exit status 1 if any file was refused.\n",
 };
 
