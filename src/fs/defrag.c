@@ -357,10 +357,18 @@ static errcode_t move_run(struct nx_volume *vol, struct nx_defrag *d,
 {
 	ext2_filsys fs = vol->fs;
 	uint64_t bs = fs->blocksize;
-	blk64_t nb, got, kept;
+	blk64_t nb, got, kept, slack = DF_SLACK;
 	errcode_t err;
 
-	err = nx_fmap_new_blocks(vol, goal, *n, DF_SLACK, &nb, &got);
+	/*
+	 * Once the old blocks are punched out, mapping the new ones must not
+	 * fail for want of space, or the file would keep a hole: leave free
+	 * what the map may need (indirect blocks a snapshot keeps are not
+	 * freed by the punch, so a block-mapped file may need new ones).
+	 */
+	if (!(inode->i_flags & EXT4_EXTENTS_FL))
+		slack += *n / (bs / 4) + 3;
+	err = nx_fmap_new_blocks(vol, goal, *n, slack, &nb, &got);
 	if (err)
 		return err;
 	err = nx_blkio_pread(vol->io, d->buf, got * bs, old * bs);
