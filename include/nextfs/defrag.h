@@ -29,10 +29,11 @@
  * follow each other both in the file and on disk, written or unwritten
  * alike.  The caller checks who may defragment (write access); begin
  * refuses what cannot be: not a regular file (EINVAL), immutable or
- * append-only or a snapshot file (EPERM), a read-only volume (EROFS), too
- * little free space for a copy of the file (ENOSPC).  Free space too
- * fragmented to do better than the file's own layout is not an error:
- * the verdict says so and nothing was written.
+ * append-only or a snapshot file (EPERM), too little free space for a
+ * copy of the file (ENOSPC).  Free space too fragmented to do better than
+ * the file's own layout is not an error: the verdict says so and nothing
+ * was written.  Begin writes nothing, so a tool can ask for the verdict
+ * on a volume opened read-only; a step there is EROFS.
  */
 #ifndef NEXTFS_DEFRAG_H
 #define NEXTFS_DEFRAG_H

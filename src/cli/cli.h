@@ -123,6 +123,7 @@ enum nx_cli_slot {
 	NX_OPT_ABORT,		/* receive --abort */
 	NX_OPT_TOKEN,		/* receive --token */
 	NX_OPT_RECURSIVE,	/* defrag -r */
+	NX_OPT_IMAGE,		/* defrag --image IMAGE */
 	NX_CLI_SLOTS
 };
 

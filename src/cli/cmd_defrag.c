@@ -9,6 +9,11 @@
  * leaving its mount.  The daemon decides who may (write access); the
  * tool refuses up front what never makes sense: a symbolic link, a file
  * that is not regular, anything inside .snapshots or .snapshot-images.
+ *
+ * With --image IMAGE the PATHs name files inside the unmounted volume
+ * IMAGE ("/db/table.dat"), which the tool opens itself and defragments
+ * with the same engine (defrag.h); names are looked up one component at
+ * a time and a symbolic link is never followed.
  */
 #include "cli.h"
 
@@ -21,10 +26,17 @@
 #include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include "nextfs/defrag.h"
+#include "nextfs/dir.h"
+#include "nextfs/inode.h"
 #include "nextfs/nxioctl.h"
+#include "nextfs/open.h"
 #include "nextfs/safepath.h"
 #include "nextfs/snapshot.h"
 #include "output.h"
+
+#define NOT_SNAPSHOTS \
+	"inside .snapshots: snapshots are read-only and never defragmented"
 
 struct defrag_run {
 	int json;
@@ -257,8 +269,7 @@ static void defrag_path(struct defrag_run *r, const char *path, int recurse)
 		return;
 	}
 	if (in_special_dir(p.rel)) {
-		report_error(r, path, EROFS, "inside .snapshots: snapshots "
-			     "are read-only and never defragmented");
+		report_error(r, path, EROFS, NOT_SNAPSHOTS);
 		goto out;
 	}
 	if (nx_sp_lstat(p.mnt.fd, p.rel, &st) < 0) {
@@ -285,6 +296,306 @@ out:
 	nx_sp_place_free(&p);
 }
 
+/* ------------------------------------------------------------------ */
+/* --image: an unmounted volume                                        */
+
+/*
+ * The engine on INO, as the daemon runs it, into Q; with PLAN_ONLY (a
+ * volume opened read-only) only its verdict: status NX_IOC_DEFRAG_DONE
+ * then means "would move".
+ */
+static errcode_t image_defrag_ino(struct nx_volume *vol, ext2_ino_t ino,
+				  int plan_only, struct nx_ioc_defrag *q)
+{
+	blk64_t step = NX_DEFRAG_STEP_BYTES / vol->fs->blocksize;
+	struct nx_defrag d;
+	int done = plan_only;
+	errcode_t err;
+
+	nx_volume_lock(vol);
+	err = nx_defrag_begin(vol, ino, &d);
+	while (!err && !done)
+		err = nx_defrag_step(vol, &d, step, &done);
+	if (err || plan_only)
+		nx_defrag_free(&d);
+	else
+		err = nx_defrag_finish(vol, &d);
+	nx_volume_unlock(vol);
+	if (err)
+		return err;
+	memset(q, 0, sizeof(*q));
+	q->status = (uint32_t)d.verdict;
+	q->blocks = d.blocks;
+	q->extents_before = d.extents_before;
+	q->extents_after = d.extents_after;
+	q->moved = d.moved;
+	q->kept = d.kept;
+	return 0;
+}
+
+/* Names (or paths) with their inodes. */
+struct image_entry {
+	char *name;
+	ext2_ino_t ino;
+};
+
+struct image_list {
+	struct image_entry *v;
+	size_t n, cap;
+	int oom;
+};
+
+static int list_add(struct image_list *l, const char *name, size_t len,
+		    ext2_ino_t ino)
+{
+	if (l->n == l->cap) {
+		size_t cap = l->cap ? 2 * l->cap : 64;
+		struct image_entry *v = realloc(l->v, cap * sizeof(*v));
+
+		if (!v)
+			return l->oom = 1;
+		l->v = v;
+		l->cap = cap;
+	}
+	l->v[l->n].name = strndup(name, len);
+	l->v[l->n].ino = ino;
+	if (!l->v[l->n].name)
+		return l->oom = 1;
+	l->n++;
+	return 0;
+}
+
+static void list_free(struct image_list *l)
+{
+	size_t i;
+
+	for (i = 0; i < l->n; i++)
+		free(l->v[i].name);
+	free(l->v);
+	memset(l, 0, sizeof(*l));
+}
+
+static int collect_entry(void *priv, const char *name, size_t namelen,
+			 ext2_ino_t ino, unsigned char d_type, uint64_t next)
+{
+	(void)d_type;
+	(void)next;
+	if ((namelen == 1 && name[0] == '.') ||
+	    (namelen == 2 && name[0] == '.' && name[1] == '.'))
+		return 0;
+	return list_add(priv, name, namelen, ino);
+}
+
+/*
+ * The read-only pass: a file the engine would move waits in TODO for the
+ * read-write pass; every other verdict is reported now.
+ */
+static void image_plan_file(struct defrag_run *r, struct nx_volume *vol,
+			    ext2_ino_t ino, const char *path,
+			    struct image_list *todo)
+{
+	struct nx_ioc_defrag q;
+	errcode_t err = image_defrag_ino(vol, ino, 1, &q);
+
+	if (err)
+		report_error(r, path, nx_errno(err), NULL);
+	else if (q.status != NX_IOC_DEFRAG_DONE)
+		report_file(r, path, &q);
+	else if (list_add(todo, path, strlen(path), ino))
+		report_error(r, path, ENOMEM, NULL);
+}
+
+static void image_plan_ino(struct defrag_run *r, struct nx_volume *vol,
+			   ext2_ino_t ino, const char *path, int recurse,
+			   int named, struct image_list *todo);
+
+/* -r: every regular file below directory DINO. */
+static void image_plan_tree(struct defrag_run *r, struct nx_volume *vol,
+			    ext2_ino_t dino, const char *path,
+			    struct image_list *todo)
+{
+	struct image_list dir = { NULL, 0, 0, 0 };
+	errcode_t err;
+	size_t i;
+
+	nx_volume_lock(vol);
+	err = nx_readdir(vol, dino, 0, collect_entry, &dir);
+	nx_volume_unlock(vol);
+	if (!err && dir.oom)
+		err = ENOMEM;
+	if (err)
+		report_error(r, path, nx_errno(err), NULL);
+	for (i = 0; i < dir.n && !err; i++) {
+		char *sub;
+
+		if (dino == EXT2_ROOT_INO && is_special("", dir.v[i].name))
+			continue;
+		sub = join(path, dir.v[i].name);
+		if (sub)
+			image_plan_ino(r, vol, dir.v[i].ino, sub, 1, 0, todo);
+		free(sub);
+	}
+	list_free(&dir);
+}
+
+/*
+ * INO at PATH: a regular file is planned, a directory walked with
+ * RECURSE; anything else is refused if the user NAMED it, else skipped.
+ */
+static void image_plan_ino(struct defrag_run *r, struct nx_volume *vol,
+			   ext2_ino_t ino, const char *path, int recurse,
+			   int named, struct image_list *todo)
+{
+	struct ext2_inode_large inode;
+	errcode_t err;
+
+	nx_volume_lock(vol);
+	err = nx_inode_read(vol, ino, &inode);
+	nx_volume_unlock(vol);
+	if (err)
+		report_error(r, path, nx_errno(err), NULL);
+	else if (LINUX_S_ISREG(inode.i_mode))
+		image_plan_file(r, vol, ino, path, todo);
+	else if (LINUX_S_ISDIR(inode.i_mode) && recurse)
+		image_plan_tree(r, vol, ino, path, todo);
+	else if (!named)
+		return;
+	else if (LINUX_S_ISLNK(inode.i_mode))
+		report_error(r, path, ELOOP, NULL);
+	else if (LINUX_S_ISDIR(inode.i_mode))
+		report_error(r, path, EISDIR, "a directory (-r defragments "
+			     "the files below it)");
+	else
+		report_error(r, path, EINVAL, NULL);
+}
+
+/*
+ * PATH inside the volume, one component at a time from the root; a
+ * symbolic link on the way is not followed (ELOOP), ".." is refused.
+ */
+static errcode_t image_lookup(struct nx_volume *vol, const char *path,
+			      ext2_ino_t *ino)
+{
+	char *copy = strdup(path), *save = NULL, *name;
+	ext2_ino_t cur = EXT2_ROOT_INO;
+	struct ext2_inode_large inode;
+	errcode_t err = copy ? 0 : ENOMEM;
+
+	for (name = copy ? strtok_r(copy, "/", &save) : NULL; name && !err;
+	     name = strtok_r(NULL, "/", &save)) {
+		if (!strcmp(name, "."))
+			continue;
+		if (!strcmp(name, ".."))
+			err = EXDEV;
+		if (!err)
+			err = nx_inode_read(vol, cur, &inode);
+		if (!err && LINUX_S_ISLNK(inode.i_mode))
+			err = ELOOP;
+		else if (!err && !LINUX_S_ISDIR(inode.i_mode))
+			err = ENOTDIR;
+		if (!err)
+			err = nx_lookup(vol, cur, name, &cur);
+	}
+	free(copy);
+	*ino = cur;
+	return err;
+}
+
+/* Open IMAGE (FLAGS: nx_open_volume's) unless a daemon serves it. */
+static struct nx_volume *open_image(const char *image, int flags)
+{
+	struct nx_volume *vol;
+	char *mnt;
+
+	if (nx_cli_is_dir(image)) {
+		nx_cli_error("%s: a directory, not an image (name the files "
+			     "of a mount without --image)", image);
+		return NULL;
+	}
+	if (nx_cli_open_target(image, flags, &vol, &mnt))
+		return NULL;
+	if (mnt) {
+		nx_cli_error("%s is mounted at %s: name the files there, "
+			     "without --image", image, mnt);
+		free(mnt);
+		return NULL;
+	}
+	return vol;
+}
+
+static int close_image(struct defrag_run *r, const char *image,
+		       struct nx_volume *vol)
+{
+	errcode_t err = nx_volume_close(vol);
+
+	if (err) {
+		nx_cli_error("%s: %s", image, error_message(err));
+		r->failed = 1;
+	}
+	return err ? NX_CLI_FAIL : NX_CLI_OK;
+}
+
+/* The read-only pass over the PATHs given. */
+static void image_plan(struct defrag_run *r, struct nx_volume *vol,
+		       char **paths, int n, int recurse,
+		       struct image_list *todo)
+{
+	ext2_ino_t ino;
+	errcode_t err;
+	int i;
+
+	for (i = 0; i < n; i++) {
+		if (in_special_dir(paths[i])) {
+			report_error(r, paths[i], EROFS, NOT_SNAPSHOTS);
+			continue;
+		}
+		nx_volume_lock(vol);
+		err = image_lookup(vol, paths[i], &ino);
+		nx_volume_unlock(vol);
+		if (err)
+			report_error(r, paths[i], nx_errno(err), err == EXDEV ?
+				     "'..' in a path inside an image (it is "
+				     "looked up from the image's root)" : NULL);
+		else
+			image_plan_ino(r, vol, ino, paths[i], recurse, 1, todo);
+	}
+}
+
+/*
+ * Two passes, so that a refusal writes nothing: the volume opened
+ * read-only resolves the paths and gets the engine's verdicts; only if a
+ * file is to move is it opened read-write, for those files.
+ */
+static int defrag_image(struct defrag_run *r, const char *image,
+			char **paths, int n, int recurse)
+{
+	struct image_list todo = { NULL, 0, 0, 0 };
+	struct nx_volume *vol = open_image(image, NX_VOL_RDONLY);
+	struct nx_ioc_defrag q;
+	errcode_t err;
+	size_t k;
+
+	if (!vol)
+		return NX_CLI_FAIL;
+	image_plan(r, vol, paths, n, recurse, &todo);
+	if (close_image(r, image, vol) || !todo.n) {
+		list_free(&todo);
+		return NX_CLI_OK;
+	}
+	vol = open_image(image, 0);
+	for (k = 0; vol && k < todo.n; k++) {
+		err = image_defrag_ino(vol, todo.v[k].ino, 0, &q);
+		if (err)
+			report_error(r, todo.v[k].name, nx_errno(err), NULL);
+		else
+			report_file(r, todo.v[k].name, &q);
+	}
+	list_free(&todo);
+	if (!vol)
+		return NX_CLI_FAIL;
+	return close_image(r, image, vol);
+}
+
 int nx_cmd_defrag(struct nx_cli_args *a)
 {
 	struct defrag_run r;
@@ -297,8 +608,14 @@ int nx_cmd_defrag(struct nx_cli_args *a)
 		nx_json_open(&r.j, NULL, '{');
 		nx_json_open(&r.j, "files", '[');
 	}
-	for (i = 0; i < a->npos; i++)
-		defrag_path(&r, a->pos[i], recurse);
+	if (a->opt[NX_OPT_IMAGE]) {
+		if (defrag_image(&r, a->val[NX_OPT_IMAGE], a->pos, a->npos,
+				 recurse))
+			return NX_CLI_FAIL;
+	} else {
+		for (i = 0; i < a->npos; i++)
+			defrag_path(&r, a->pos[i], recurse);
+	}
 	if (r.json) {
 		nx_json_close(&r.j, ']');
 		nx_json_open(&r.j, "total", '{');

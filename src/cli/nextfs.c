@@ -192,11 +192,13 @@ static const struct nx_cli_cmd versions_cmd = {
 static const struct nx_cli_cmd defrag_cmd = {
 	.name = "defrag", .min = 1, .max = -1, .run = nx_cmd_defrag,
 	.params = "rest:PATH",
-	.usage = "[-r] [--json] PATH...",
+	.usage = "[-r] [--json] PATH...\n"
+		 "--image IMAGE [-r] [--json] PATH...",
 	.summary = "rewrite fragmented files contiguously, snapshots kept",
 	.opts = (const struct nx_cli_opt[]) {
 		{ "-r", NULL, NX_OPT_RECURSIVE, 1 },
 		{ "--json", NULL, NX_OPT_JSON, 1 },
+		{ "--image", "file:IMAGE", NX_OPT_IMAGE, 1 },
 		{ NULL },
 	},
 	.help =
@@ -208,6 +210,7 @@ static const struct nx_cli_cmd defrag_cmd = {
 	"alone, with one line saying why, when free space is too fragmented\n"
 	"to improve it, when it is a symbolic link (never followed) or not a\n"
 	"regular file, inside .snapshots, or not yours to write.\n"
+	"--image IMAGE: PATHs inside the unmounted volume IMAGE (\"/db/t\").\n"
 	"Exit status 1 if any file was refused.\n",
 };
 

@@ -260,11 +260,8 @@ static errcode_t plan_space(struct nx_volume *vol, struct nx_defrag *d,
 }
 
 /* Refuse what defrag must not touch (defrag.h). */
-static errcode_t check_file(struct nx_volume *vol,
-			    const struct ext2_inode_large *inode)
+static errcode_t check_file(const struct ext2_inode_large *inode)
 {
-	if (nx_volume_rdonly(vol))
-		return EROFS;
 	if (!LINUX_S_ISREG(inode->i_mode))
 		return EINVAL;
 	if (inode->i_flags & (EXT2_IMMUTABLE_FL | EXT2_APPEND_FL |
@@ -285,7 +282,7 @@ errcode_t nx_defrag_begin(struct nx_volume *vol, ext2_ino_t ino,
 	d->ino = ino;
 	err = nx_inode_read(vol, ino, &inode);
 	if (!err)
-		err = check_file(vol, &inode);
+		err = check_file(&inode);
 	if (!err)
 		err = measure(vol, ino, &inode, &s);
 	if (err)
@@ -426,9 +423,10 @@ errcode_t nx_defrag_step(struct nx_volume *vol, struct nx_defrag *d,
 		*done = 1;
 		return 0;
 	}
-	err = nx_inode_read(vol, d->ino, &inode);
+	err = nx_volume_rdonly(vol) ? EROFS :
+	      nx_inode_read(vol, d->ino, &inode);
 	if (!err)
-		err = check_file(vol, &inode);
+		err = check_file(&inode);
 	while (!err && max) {
 		goal = plan_goal(d, &room);
 		if (!goal || d->next_lblk >= DF_LBLK_END) {

@@ -23,7 +23,8 @@ static errcode_t may_defrag(struct nx_volume *vol, const struct nx_cred *cred,
 			    ext2_ino_t ino)
 {
 	struct ext2_inode_large inode;
-	errcode_t err = nx_inode_read(vol, ino, &inode);
+	errcode_t err = nx_volume_rdonly(vol) ? EROFS :
+			nx_inode_read(vol, ino, &inode);
 
 	if (err)
 		return err;

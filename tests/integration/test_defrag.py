@@ -8,9 +8,12 @@ unmounted image, which nextfs check --views and e2fsck -fn (on a copy
 without the snapshot flag) find clean.  The refusals write nothing:
 a symbolic link, a path inside .snapshots, a directory without -r,
 another user's file on an allow_other mount, free space too fragmented
-to improve the file.  Runs once (both flavours in one invocation).
+to improve the file.  The ext4 file is defragmented on a mount (the
+daemon's ioctl), the ext2 one in the unmounted image (--image).  Runs
+once (both flavours in one invocation).
 """
 
+import hashlib
 import json
 import os
 import random
@@ -103,16 +106,20 @@ class DefragTest(nx.NxTestCase):
         rc, out = nxsnap.fsck_masked(img)
         self.assertEqual(rc, 0, out)
 
-    def defrag_under_snapshots(self, flavour, refusals):
+    def defrag_under_snapshots(self, flavour, offline):
         img = self.make_image('64M', flavour=flavour, name=flavour + '.img')
         rng = random.Random(self.seed())
         sums = self.fragment(img, flavour, rng)
         nblocks = (FILE_MIB << 20) // nx.BLOCK_SIZE[flavour]
         before = debugfs_runs(img, '/data/f', nblocks)
         self.assertGreater(before, 20, 'the overwrites fragment the file')
-        opts = ('allow_other',) if refusals else ()
-        with self.mounted(img, opts=opts, check=False) as m:
-            out = tool('defrag', '--json', '-r', m.p('data')).stdout
+        if offline:
+            out = tool('defrag', '--image', img, '--json', '-r',
+                       '/data').stdout
+            self.offline_refusals(img)
+        with self.mounted(img, opts=('allow_other',), check=False) as m:
+            if not offline:
+                out = tool('defrag', '--json', '-r', m.p('data')).stdout
             doc, e = entry(out, '/data/f')
             self.assertEqual(e['status'], 'defragmented', out)
             self.assertEqual(e['extents_before'], before, out)
@@ -129,10 +136,23 @@ class DefragTest(nx.NxTestCase):
                 self.assertEqual(
                     nx.sha256_file(m.p('.snapshots', s, 'data', 'f')),
                     sums[s], 'snapshot %s reads what it read before' % s)
-            if refusals:
+            if not offline:
                 self.refusals(m)
         self.assertEqual(debugfs_runs(img, '/data/f', nblocks), after)
         self.check_clean(img)
+
+    def offline_refusals(self, img):
+        """--image: the same refusals, and the image stays as it was."""
+        with open(img, 'rb') as f:
+            want = hashlib.sha256(f.read()).hexdigest()
+        for path, words in (('/.snapshots/s1', 'inside .snapshots'),
+                            ('/data', 'directory'),
+                            ('/data/../data/f', "'..'")):
+            p = tool('defrag', '--image', img, path, check=False)
+            self.assertEqual((p.returncode, p.stdout), (1, ''), p.stderr)
+            self.assertIn(words, p.stderr)
+        with open(img, 'rb') as f:
+            self.assertEqual(hashlib.sha256(f.read()).hexdigest(), want)
 
     def refuse(self, m, path, words, user=None):
         """defrag PATH fails with one line saying WORDS; nothing changes."""
@@ -164,11 +184,11 @@ class DefragTest(nx.NxTestCase):
         self.assertIn(json.loads(p.stdout)['files'][0]['status'],
                       ('defragmented', 'contiguous'))
 
-    def test_ext4_extents(self):
-        self.defrag_under_snapshots('ext4', refusals=True)
+    def test_ext4_extents_on_a_mount(self):
+        self.defrag_under_snapshots('ext4', offline=False)
 
-    def test_ext2_indirect(self):
-        self.defrag_under_snapshots('ext2', refusals=False)
+    def test_ext2_indirect_offline(self):
+        self.defrag_under_snapshots('ext2', offline=True)
 
     def test_fragmented_free_space(self):
         """Free space in single blocks cannot hold a two-extent file in
