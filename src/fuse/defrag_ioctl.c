@@ -47,7 +47,10 @@ static errcode_t defrag_file(struct nx_volume *vol, const struct nx_cred *cred,
 	nx_volume_unlock(vol);
 	while (!err && !done) {
 		nx_volume_lock(vol);
-		err = nx_defrag_step(vol, d, step, &done);
+		/* Each step changes metadata the snapshot may copy, like a write. */
+		err = nx_reserve_may_change(vol, NX_CHANGE_ANY);
+		if (!err)
+			err = nx_defrag_step(vol, d, step, &done);
 		nx_volume_unlock(vol);
 	}
 	nx_volume_lock(vol);
