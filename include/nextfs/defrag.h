@@ -27,7 +27,9 @@
  *
  * "Extents" here are what filefrag counts: maximal runs of blocks that
  * follow each other both in the file and on disk, written or unwritten
- * alike.  The caller checks who may defragment (write access); begin
+ * alike.  A file with no more than one extent per piece between holes,
+ * plus one per block group's worth of blocks (e4defrag's best case), is
+ * left alone (NX_DEFRAG_CONTIGUOUS).  The caller checks who may defragment (write access); begin
  * refuses what cannot be: not a regular file (EINVAL), immutable or
  * append-only or a snapshot file (EPERM), too little free space for a
  * copy of the file (ENOSPC).  Free space too fragmented to do better than

@@ -290,8 +290,14 @@ errcode_t nx_defrag_begin(struct nx_volume *vol, ext2_ino_t ino,
 	d->blocks = s.blocks;
 	d->extents_before = d->extents_after = s.extents;
 	d->verdict = NX_DEFRAG_CONTIGUOUS;
-	if (s.extents <= s.pieces)
-		return 0;	/* every piece between holes is one extent */
+	/*
+	 * Nothing to gain when every piece between holes is one extent per
+	 * block group's worth of blocks, as e4defrag counts the best case:
+	 * group metadata and backups cut longer free runs.
+	 */
+	if (s.extents <= s.pieces + s.blocks /
+			 EXT2_BLOCKS_PER_GROUP(vol->fs->super))
+		return 0;
 	/* A copy of the whole file must fit, as the writer may allocate. */
 	err = nx_reserve_room(vol, s.blocks + DF_SLACK);
 	if (!err)
