@@ -42,6 +42,7 @@ static blk64_t min_blk(blk64_t a, blk64_t b)
 struct df_shape {
 	blk64_t extents;	/* runs contiguous in the file and on disk */
 	blk64_t blocks;		/* mapped blocks */
+	blk64_t written;	/* ... not unwritten (those stay put) */
 	blk64_t pieces;		/* runs of mapped blocks between holes */
 	blk64_t first_pblk;	/* where the file starts on disk */
 };
@@ -76,6 +77,8 @@ static errcode_t measure(struct nx_volume *vol, ext2_ino_t ino,
 		if (!s->first_pblk)
 			s->first_pblk = r.pblk;
 		s->blocks += r.len;
+		if (!r.uninit)
+			s->written += r.len;
 		lblk += r.len;
 		end_l = lblk;
 		end_p = r.pblk + r.len;
@@ -295,18 +298,18 @@ errcode_t nx_defrag_begin(struct nx_volume *vol, ext2_ino_t ino,
 	 * block group's worth of blocks, as e4defrag counts the best case:
 	 * group metadata and backups cut longer free runs.
 	 */
-	if (s.extents <= s.pieces + s.blocks /
+	if (!s.written || s.extents <= s.pieces + s.blocks /
 			 EXT2_BLOCKS_PER_GROUP(vol->fs->super))
 		return 0;
-	/* A copy of the whole file must fit, as the writer may allocate. */
-	err = nx_reserve_room(vol, s.blocks + DF_SLACK);
+	/* A copy of the written data must fit, as the writer may allocate. */
+	err = nx_reserve_room(vol, s.written + DF_SLACK);
 	if (!err)
-		err = nx_reserve_check_cow(vol, s.blocks + DF_SLACK);
+		err = nx_reserve_check_cow(vol, s.written + DF_SLACK);
 	if (err)
 		return err;
 	/* Worth it only with fewer runs than the file's surplus extents. */
 	gain = s.extents - s.pieces;
-	err = plan_space(vol, d, s.first_pblk, s.blocks, gain);
+	err = plan_space(vol, d, s.first_pblk, s.written, gain);
 	if (err)
 		return err;
 	if (!d->nplan) {

@@ -6,9 +6,9 @@ take time), on an extent-mapped (ext4) and an indirect-mapped (ext2)
 volume; the extents are counted independently with debugfs on the
 unmounted image, which nextfs check --views and e2fsck -fn (on a copy
 without the snapshot flag) find clean.  The refusals write nothing:
-a symbolic link, a path inside .snapshots, a directory without -r,
-another user's file on an allow_other mount, free space too fragmented
-to improve the file.  The ext4 file is defragmented on a mount (the
+a symbolic link, a path inside .snapshots, a directory without -r, a
+FIFO, an immutable file, another user's file on an allow_other mount,
+free space too fragmented to improve the file.  The ext4 file is defragmented on a mount (the
 daemon's ioctl), the ext2 one in the unmounted image (--image).  Runs
 once (both flavours in one invocation).
 """
@@ -25,6 +25,7 @@ import nxsnap
 A = (65534, 65534)          # nobody: owns a file
 B = (4242, 4242)            # a user who may not write it
 FILE_MIB = 2
+FS_IMMUTABLE_FL = 0x00000010
 
 
 def tool(*args, user=None, check=True):
@@ -171,6 +172,13 @@ class DefragTest(nx.NxTestCase):
         self.refuse(m, m.p('.snapshots', 's1', 'data', 'f'),
                     'inside .snapshots')
         self.refuse(m, m.p('data'), 'directory')
+        os.mkfifo(m.p('data', 'fifo'))
+        self.refuse(m, m.p('data', 'fifo'), 'not a regular file')
+        small = m.p('data', 'small')
+        flags = nx.get_inode_flags(small)
+        nx.set_inode_flags(small, flags | FS_IMMUTABLE_FL)
+        self.refuse(m, small, 'immutable')
+        nx.set_inode_flags(small, flags)
         # Another user's file: only who may write it may defragment it.
         theirs = m.p('data', 'theirs')
         nx.write_file(theirs, b'a' * 8192)
