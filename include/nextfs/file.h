@@ -88,6 +88,15 @@ errcode_t nx_file_map_run(struct nx_volume *vol, ext2_ino_t ino,
 			  struct ext2_inode_large *inode, blk64_t lblk,
 			  blk64_t pblk, blk64_t len);
 
+/*
+ * The same for any block-mapped or extent-mapped file, and the LEN
+ * blocks are counted in i_blocks: they become the file's.  The snapshot
+ * layer maps preserved blocks and defrag.c a file's new home with it.
+ */
+errcode_t nx_file_map_blocks(struct nx_volume *vol, ext2_ino_t ino,
+			     struct ext2_inode_large *inode, blk64_t lblk,
+			     blk64_t pblk, blk64_t len);
+
 #ifdef NX_FILE_INTERNAL
 /*
  * Shared by file.c and falloc.c only; not a contract for other modules.

@@ -76,8 +76,19 @@
  * NX_IOC_IMG_RUNS) runs from block start on, and where to go on.  For
  * "nextfs export --since" on a mounted volume.
  *
- * Numbers: 0xE5-0xE8 for receive, 0xE9 the identity, 0xF0-0xF2 for the
- * delta and image ioctls; 0xEA-0xEF are free.
+ * NX_IOC_DEFRAG (a regular file of the live tree, open for reading or
+ * writing): "nextfs defrag" (defrag.h, docs/defrag.md).  The daemon
+ * rewrites the file's data into contiguous free space, holding the
+ * volume lock for one bounded step at a time, and answers how many
+ * extents it had before and has after.  Only a user who may write the
+ * file (root, after -o fakeroot's mapping, too) may ask (EACCES); EROFS
+ * in a snapshot view or on a read-only mount, EINVAL for anything but a
+ * regular file, EPERM for immutable and append-only files, ENOSPC when a
+ * copy of the file would not fit.  Free space too fragmented to improve
+ * the file is status NX_IOC_DEFRAG_FRAGMENTED, with nothing written.
+ *
+ * Numbers: 0xE5-0xE8 for receive, 0xE9 the identity, 0xEA defrag,
+ * 0xF0-0xF2 for the delta and image ioctls; 0xEB-0xEF are free.
  */
 #ifndef NEXTFS_NXIOCTL_H
 #define NEXTFS_NXIOCTL_H
@@ -225,6 +236,23 @@ struct nx_ioc_delta_read {
 	uint32_t pad;
 	char data[NX_IOC_DELTA_CHUNK];
 };
+
+/* struct nx_ioc_defrag.status (= NX_DEFRAG_*, defrag.h) */
+#define NX_IOC_DEFRAG_DONE		0	/* moved */
+#define NX_IOC_DEFRAG_CONTIGUOUS	1	/* nothing to gain: untouched */
+#define NX_IOC_DEFRAG_FRAGMENTED	2	/* free space too fragmented */
+
+struct nx_ioc_defrag {
+	uint32_t flags;			/* in: 0 */
+	uint32_t status;		/* out: NX_IOC_DEFRAG_* */
+	uint64_t blocks;		/* out: data blocks of the file */
+	uint64_t extents_before;	/* out */
+	uint64_t extents_after;		/* out */
+	uint64_t moved;			/* out: blocks rewritten */
+	uint64_t kept;			/* out: old blocks the snapshot kept */
+};
+
+#define NX_IOC_DEFRAG		_IOWR('N', 0xEA, struct nx_ioc_defrag)
 
 #define NX_IOC_DELTA_START	_IOWR('N', 0xF0, struct nx_ioc_delta_start)
 #define NX_IOC_DELTA_READ	_IOWR('N', 0xF1, struct nx_ioc_delta_read)

@@ -122,6 +122,8 @@ enum nx_cli_slot {
 	NX_OPT_INPUT,		/* receive -f FILE */
 	NX_OPT_ABORT,		/* receive --abort */
 	NX_OPT_TOKEN,		/* receive --token */
+	NX_OPT_RECURSIVE,	/* defrag -r */
+	NX_OPT_IMAGE,		/* defrag --image IMAGE */
 	NX_CLI_SLOTS
 };
 
@@ -227,7 +229,7 @@ nx_cli_handler nx_cmd_snapshot_take, nx_cmd_snapshot_delete,
 	nx_cmd_snapshot_image,
 	nx_cmd_versions, nx_cmd_check, nx_cmd_export, nx_cmd_diff,
 	nx_cmd_send, nx_cmd_receive, nx_cmd_restore, nx_cmd_info,
-	nx_cmd_umount, nx_cmd_mount_helper;
+	nx_cmd_umount, nx_cmd_defrag, nx_cmd_mount_helper;
 
 /* ------------------------------------------------------------------ */
 /* progress.c - a progress bar on stderr when it is a terminal.        */

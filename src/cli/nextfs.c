@@ -189,6 +189,31 @@ static const struct nx_cli_cmd versions_cmd = {
 	"nor another user's anywhere, nor any inside a snapshot.\n",
 };
 
+static const struct nx_cli_cmd defrag_cmd = {
+	.name = "defrag", .min = 1, .max = -1, .run = nx_cmd_defrag,
+	.params = "rest:PATH",
+	.usage = "[-r] [--json] PATH...\n"
+		 "--image IMAGE [-r] [--json] PATH...",
+	.summary = "rewrite fragmented files contiguously, snapshots kept",
+	.opts = (const struct nx_cli_opt[]) {
+		{ "-r", NULL, NX_OPT_RECURSIVE, 1 },
+		{ "--json", NULL, NX_OPT_JSON, 1 },
+		{ "--image", "file:IMAGE", NX_OPT_IMAGE, 1 },
+		{ NULL },
+	},
+	.help =
+	"Rewrite each regular file PATH (on a nextfs-fuse mount; -r: every\n"
+	"regular file below a directory PATH) into contiguous free space and\n"
+	"print its extents before and after, and a total.  Old blocks a\n"
+	"snapshot still needs go to it as they are; the others become free:\n"
+	"every snapshot reads exactly what it read before.  A file is left\n"
+	"alone, with one line saying why, when free space is too fragmented\n"
+	"to improve it, when it is a symbolic link (never followed) or not a\n"
+	"regular file, inside .snapshots, or not yours to write.\n"
+	"--image IMAGE: PATHs inside the unmounted volume IMAGE (\"/db/t\").\n"
+	"Exit status 1 if any file was refused.\n",
+};
+
 static const struct nx_cli_cmd check_cmd = {
 	.name = "check", .min = 1, .max = 1, .run = nx_cmd_check,
 	.params = "image:IMAGE",
@@ -427,8 +452,8 @@ static const struct nx_cli_cmd spec_cmd = {
 /* The table: "nextfs --help" lists the commands in this order. */
 static const struct nx_cli_cmd *const commands[] = {
 	&snapshot_cmd, &versions_cmd, &check_cmd, &export_cmd, &diff_cmd,
-	&send_cmd, &receive_cmd, &restore_cmd, &info_cmd, &umount_cmd,
-	&version_cmd, &help_cmd, &spec_cmd, NULL,
+	&send_cmd, &receive_cmd, &restore_cmd, &info_cmd, &defrag_cmd,
+	&umount_cmd, &version_cmd, &help_cmd, &spec_cmd, NULL,
 };
 
 static const struct nx_cli_cmd nextfs_cmd = {

@@ -479,6 +479,32 @@ errcode_t nx_file_map_run(struct nx_volume *vol, ext2_ino_t ino,
 	return err;
 }
 
+errcode_t nx_file_map_blocks(struct nx_volume *vol, ext2_ino_t ino,
+			     struct ext2_inode_large *inode, blk64_t lblk,
+			     blk64_t pblk, blk64_t len)
+{
+	errcode_t err = 0;
+	blk64_t k;
+
+	if (inode->i_flags & EXT4_EXTENTS_FL) {
+		err = nx_file_map_run(vol, ino, inode, lblk, pblk, len);
+	} else {
+		/* Block-mapped: one slot at a time, indirect blocks as needed. */
+		for (k = 0; k < len && !err; k++) {
+			blk64_t b = pblk + k;
+
+			err = ext2fs_bmap2(vol->fs, ino,
+					   (struct ext2_inode *)inode, NULL,
+					   BMAP_SET | BMAP_ALLOC, lblk + k,
+					   NULL, &b);
+		}
+	}
+	if (!err)
+		ext2fs_iblk_add_blocks(vol->fs, (struct ext2_inode *)inode,
+				       len);
+	return err;
+}
+
 /*
  * Up to LEN new blocks from GOAL on, keeping a few free for the extent
  * tree to grow into.

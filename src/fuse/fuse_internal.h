@@ -123,6 +123,10 @@ errcode_t nx_fuse_delta_start(fuse_req_t req, struct nx_fuse *live,
 void nx_fuse_delta_read(fuse_req_t req, const void *in, size_t in_size,
 			size_t out_bufsz);
 
+/* defrag_ioctl.c: NX_IOC_DEFRAG (replies itself; locks in steps). */
+void nx_fuse_defrag(fuse_req_t req, fuse_ino_t nodeid, const void *in,
+		    size_t in_size, size_t out_size);
+
 void nx_fuse_ioctl(fuse_req_t req, fuse_ino_t nodeid, unsigned int cmd,
 		   void *arg, struct fuse_file_info *fi, unsigned flags,
 		   const void *in_buf, size_t in_bufsz, size_t out_bufsz);

@@ -4,7 +4,8 @@
  * FS_IOC_FSGETXATTR/FSSETXATTR), the generation number, and nextfs's own
  * (nxioctl.h): the real mtime, the inode numbering of a tree, the
  * snapshot list and identities, the volume's superblock and the delta of
- * two trees (delta_ops.c; the receive ioctls are recv_ioctl.c's).  Like
+ * two trees (delta_ops.c; the receive ioctls are recv_ioctl.c's, defrag
+ * is defrag_ioctl.c's).  Like
  * every operation, each runs under the volume lock and replies after it
  * is dropped (NX_IOC_GET_OPSTATS needs no lock: the counters are atomic).
  */
@@ -347,6 +348,10 @@ void nx_fuse_ioctl(fuse_req_t req, fuse_ino_t nodeid, unsigned int cmd,
 	}
 	if (cmd == NX_IOC_DELTA_READ) {	/* the session has its own lock */
 		nx_fuse_delta_read(req, in_buf, in_bufsz, out_bufsz);
+		return;
+	}
+	if (cmd == NX_IOC_DEFRAG) {	/* locks in steps (defrag_ioctl.c) */
+		nx_fuse_defrag(req, nodeid, in_buf, in_bufsz, out_bufsz);
 		return;
 	}
 	if (nx_fuse_recv_ioctl(req, nodeid, cmd, in_buf, in_bufsz, out_bufsz))

@@ -472,27 +472,8 @@ static errcode_t map_run(struct nx_snapstore *store,
 			 struct ext2_inode_large *inode, blk64_t n, blk64_t b,
 			 blk64_t len)
 {
-	struct nx_volume *vol = store->vol;
-	ext2_ino_t ino = store->active->ino;
-	errcode_t err = 0;
-	blk64_t k;
-
-	if (inode->i_flags & EXT4_EXTENTS_FL) {
-		err = nx_file_map_run(vol, ino, inode, n, b, len);
-	} else {
-		for (k = 0; k < len && !err; k++) {
-			blk64_t bk = b + k;
-
-			err = ext2fs_bmap2(vol->fs, ino,
-					   (struct ext2_inode *)inode, NULL,
-					   BMAP_SET | BMAP_ALLOC, n + k, NULL,
-					   &bk);
-		}
-	}
-	if (!err)
-		ext2fs_iblk_add_blocks(vol->fs, (struct ext2_inode *)inode,
-				       len);
-	return err;
+	return nx_file_map_blocks(store->vol, store->active->ino, inode, n, b,
+				  len);
 }
 
 /*
