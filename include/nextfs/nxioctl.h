@@ -68,6 +68,14 @@
  * who walk the trees instead: names in directories they cannot read are
  * never shown to them; docs/security.md).
  *
+ * NX_IOC_SAME_DATA (any file or directory): do two regular files of the
+ * mount hold the same bytes?  Each is named by its tree (a snapshot id,
+ * 0: the live tree) and the st_ino that tree shows for it; the daemon
+ * answers from the block maps and reads bytes only where they map
+ * differently (diff.c, nx_snap_same_data), for "nextfs versions".  Who
+ * may: as for the delta (EPERM for others, who compare the files
+ * through the mount); EINVAL when either is not a regular file there.
+ *
  * MNT/.snapshot-images/NAME (NX_IMGDIR_NAME) is snapshot NAME as a
  * standalone image file (image.h; docs/snapshots.md).  NX_IOC_IMG_CHANGES
  * (on such a file, open; old_id's image open too, by the same or another
@@ -76,8 +84,9 @@
  * NX_IOC_IMG_RUNS) runs from block start on, and where to go on.  For
  * "nextfs export --since" on a mounted volume.
  *
- * Numbers: 0xE5-0xE8 for receive, 0xE9 the identity, 0xF0-0xF2 for the
- * delta and image ioctls; 0xEA-0xEF are free.
+ * Numbers: 0xE5-0xE8 for receive, 0xE9 the identity, 0xEC the
+ * comparison of files, 0xF0-0xF2 for the delta and image ioctls;
+ * 0xEA, 0xEB and 0xED-0xEF are free.
  */
 #ifndef NEXTFS_NXIOCTL_H
 #define NEXTFS_NXIOCTL_H
@@ -225,6 +234,15 @@ struct nx_ioc_delta_read {
 	uint32_t pad;
 	char data[NX_IOC_DELTA_CHUNK];
 };
+
+struct nx_ioc_same_data {
+	uint32_t id[2];			/* in: each file's tree (0: live) */
+	uint64_t st_ino[2];		/* in: its st_ino there */
+	uint32_t same;			/* out: 1 the same bytes, 0 not */
+	uint32_t pad;
+};
+
+#define NX_IOC_SAME_DATA	_IOWR('N', 0xEC, struct nx_ioc_same_data)
 
 #define NX_IOC_DELTA_START	_IOWR('N', 0xF0, struct nx_ioc_delta_start)
 #define NX_IOC_DELTA_READ	_IOWR('N', 0xF1, struct nx_ioc_delta_read)

@@ -6,8 +6,8 @@ the nextfs tool on paths through it.  Nothing the user does to the paths
 may make root write (or read) outside the mount:
 - versions --restore while the user swaps a directory of the path for a
   symbolic link to a root-only directory (RENAME_EXCHANGE from an
-  inotify watch that fires when root opens the file to compare it): no
-  file appears in the root-only directory;
+  inotify watch that fires when root opens its copy in the directory):
+  no file appears in the root-only directory;
 - a directory that was a symbolic link when a snapshot was taken is not
   followed out of the snapshot: restore refuses, the host file is not
   copied, versions does not show it;
@@ -21,6 +21,9 @@ may make root write (or read) outside the mount:
 - an image named through the user's link to root's image is refused by
   every offline command and by nextfs-fuse, and left byte-identical;
   root's own link names the same volume as the image's real path.
+Root's versions has the daemon compare the files (by their block
+maps, reading nothing through the mount); nobody may not ask it, reads
+through the mount instead and lists the same versions.
 And nextfs diff lists trees 2000 directories deep (paths far longer than
 PATH_MAX) completely, with full names, on the mount and offline alike;
 an error (a file it cannot read, an output it cannot write) is a
@@ -48,6 +51,8 @@ IN_CLOEXEC = 0o2000000
 DEPTH = 2000
 # nxioctl.h: _IOWR('N', 0xF0, struct nx_ioc_delta_start)
 NX_IOC_DELTA_START = (3 << 30) | (32 << 16) | (ord('N') << 8) | 0xF0
+# _IOWR('N', 0xEC, struct nx_ioc_same_data)
+NX_IOC_SAME_DATA = (3 << 30) | (32 << 16) | (ord('N') << 8) | 0xEC
 
 
 def tool(*args, user=None, stdout=subprocess.PIPE):
@@ -76,9 +81,10 @@ def snap(m, name):
 
 
 class Swapper:
-    """As nobody: when root opens WATCHED/NAME, exchange WATCHED (or SWAP)
-    with the symbolic link LINK (RENAME_EXCHANGE), so that the path root
-    resolved names the link from then on."""
+    """As nobody: when root opens WATCHED/NAME (NAME ending in '*': a name
+    that starts so), exchange WATCHED (or SWAP) with the symbolic link
+    LINK (RENAME_EXCHANGE), so that the path root resolved names the link
+    from then on."""
 
     def __init__(self, watched, name, link, swap=None):
         r, w = os.pipe()
@@ -113,7 +119,9 @@ class Swapper:
                 _, mask, _, n = struct.unpack_from('iIII', buf, off)
                 ev = buf[off + 16:off + 16 + n].rstrip(b'\0')
                 off += 16 + n
-                if mask & IN_OPEN and ev == os.fsencode(name):
+                want = os.fsencode(name)
+                if mask & IN_OPEN and (ev == want or want.endswith(b'*')
+                                       and ev.startswith(want[:-1])):
                     nx.renameat2(swap, link, nx.RENAME_EXCHANGE)
                     os.write(w, b's')
                     return 0
@@ -221,10 +229,11 @@ class PathSafetyTest(nx.NxTestCase):
                 os.symlink(self.rootonly, m.p('u', 'x'))
             self.as_nobody(setup)
             snap(m, 's1')
-            # a chmod: same size and mtime, another ctime, so root opens
-            # the live file to compare it with s1's
+            # a chmod: same size and mtime, another ctime, so root has
+            # the daemon compare the live file with s1's; the swap comes
+            # when root opens its copy in the directory it resolved
             self.as_nobody(os.chmod, f, 0o640)
-            sw = Swapper(d, 'f', m.p('u', 'x'))
+            sw = Swapper(d, '.nextfs-restore.*', m.p('u', 'x'))
             self.assertTrue(sw.ready, 'no inotify watch')
             rc, _, err = tool('versions', f, '--restore', 's1')
             self.assertTrue(sw.swapped(), 'the swap did not happen: ' + err)
@@ -591,6 +600,56 @@ class PathSafetyTest(nx.NxTestCase):
         self.assertEqual(ok('diff', img, 'p1', 's1'), root_out[1])
         self.fsck(img)
 
+    def test_versions_daemon_and_walk(self):
+        """Versions of the same size and mtime with other ctimes: root
+        has the daemon compare them (no read through the mount), nobody
+        reads them (and may not ask the daemon); both list the same: a
+        chmod is no new version, one byte is, a file renamed over it
+        with the same bytes (another inode) is not."""
+        img = self.make_image()
+        with self.snapmount(img) as m:
+            f, t = m.p('f'), m.p('t')
+            data = nx.pattern(300000)
+
+            def same_times(p):
+                os.utime(p, ns=(10**18, 10**18))
+            write_file(f, data, 0o644)
+            same_times(f)
+            snap(m, 'a')
+            os.chmod(f, 0o600)
+            os.chmod(f, 0o644)
+            snap(m, 'b')
+            with open(f, 'r+b') as fh:
+                fh.seek(200000)
+                fh.write(b'X')
+            same_times(f)
+            snap(m, 'c')
+            write_file(t, read_file(f), 0o644)
+            same_times(t)
+            os.rename(t, f)
+            snap(m, 'd')
+            before = nx.opstats(m.path).get('read', 0)
+            root_out = ok('versions', f)
+            self.assertEqual(nx.opstats(m.path).get('read', 0), before,
+                             'root read the files through the mount')
+            rc, user_out, err = tool('versions', f, user=(UID, GID))
+            self.assertEqual(rc, 0, err)
+            self.assertEqual(user_out, root_out)
+            lines = root_out.splitlines()
+            self.assertEqual(len(lines), 3, root_out)
+            self.assertTrue(lines[1].endswith(b' a b'), root_out)
+            self.assertTrue(lines[2].endswith(b' c d (live)'), root_out)
+
+            def same_data(path):
+                fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+                try:
+                    fcntl.ioctl(fd, NX_IOC_SAME_DATA,
+                                struct.pack('IIQQII', 0, 0, 12, 12, 0, 0))
+                finally:
+                    os.close(fd)
+            with self.assertRaises(PermissionError):
+                self.as_nobody(same_data, m.path)
+        self.fsck(img)
 
 if __name__ == '__main__':
     nx.main()
