@@ -11,8 +11,9 @@
  * never change, so the live tree may be written meanwhile.  Only root
  * and the user who mounted the volume get the delta (docs/security.md).
  *
- * The stream goes to FILE (made anew; removed again if the send fails)
- * or to stdout, never to a terminal.  --json says on stderr what was
+ * The stream goes to FILE (made at its first byte; removed again if the
+ * send fails, so a refusal writes nothing) or to stdout, never to a
+ * terminal.  --json says on stderr what was
  * sent (bytes, file data, commands, files).  --resume TOKEN (written by
  * an interrupted "nextfs receive", sendstream.h) sends the rest of the
  * stream of the pair the token names, and nothing if the token names
@@ -117,23 +118,64 @@ static errcode_t mr_xattrs(struct nx_send_reader *rd, int s, ext2_ino_t ino,
 }
 
 /* ------------------------------------------------------------------ */
+/* Where the stream goes.                                              */
 
-static int open_output(const struct send_args *a)
+struct output {
+	const char *path;		/* -o FILE; NULL: stdout */
+	int fd;				/* -1 until the first byte */
+};
+
+/* Before any work: never a terminal. */
+static int output_check(const struct output *o)
 {
-	int fd;
-
-	if (!a->out) {
-		if (isatty(STDOUT_FILENO)) {
-			nx_cli_error("will not write a send stream to a "
-				     "terminal: use -o FILE or a pipe");
-			return -1;
-		}
-		return STDOUT_FILENO;
+	if (!o->path && isatty(STDOUT_FILENO)) {
+		nx_cli_error("will not write a send stream to a terminal: use "
+			     "-o FILE or a pipe");
+		return -1;
 	}
-	fd = open(a->out, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-	if (fd < 0)
-		nx_cli_error("%s: %s", a->out, strerror(errno));
-	return fd;
+	return 0;
+}
+
+/* At the first byte: FILE is made (or emptied) only now. */
+static errcode_t output_open(struct output *o)
+{
+	if (o->fd >= 0)
+		return 0;
+	if (!o->path) {
+		o->fd = STDOUT_FILENO;
+		return 0;
+	}
+	o->fd = open(o->path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	return o->fd < 0 ? errno : 0;
+}
+
+/* struct nx_send_out's write. */
+static errcode_t output_write(void *priv, const void *buf, size_t len)
+{
+	struct output *o = priv;
+	errcode_t err = output_open(o);
+
+	return err ? err : nx_write_all(o->fd, buf, len, NX_FD_POS, NULL);
+}
+
+/*
+ * The send ended (ERR, MSG): FILE made durable, or removed after a
+ * failure; the error line.  0 or NX_CLI_FAIL.
+ */
+static int output_end(struct output *o, errcode_t err, const char *msg)
+{
+	if (o->path && o->fd >= 0) {
+		if (!err && fsync(o->fd) < 0)
+			err = errno;
+		if (close(o->fd) < 0 && !err)
+			err = errno;
+	}
+	if (!err)
+		return 0;
+	nx_cli_error("%s", msg && msg[0] ? msg : error_message(err));
+	if (o->path && o->fd >= 0)
+		unlink(o->path);
+	return NX_CLI_FAIL;
 }
 
 static void report(const struct send_args *a, const struct nx_send_stats *st)
@@ -155,118 +197,69 @@ static void report(const struct send_args *a, const struct nx_send_stats *st)
 	nx_json_end(&j);
 }
 
-/*
- * A token resumes only the stream of the pair it names: the snapshots'
- * identities (their UUIDs and ctransids, as this volume has them) must
- * be its.
- */
-static int check_token(const struct send_args *a, struct nx_send_params *p,
-		       struct nx_ss_token *t)
-{
-	static const unsigned char none[NX_SS_UUID_LEN];
-
-	if (nx_ss_token_decode(a->resume, t)) {
-		nx_cli_error("not a resume token: %s", a->resume);
-		return -1;
-	}
-	if (t->version != NX_SS_VERSION_1 || t->ctransid != p->ctransid ||
-	    memcmp(t->uuid, p->uuid, NX_SS_UUID_LEN) ||
-	    t->parent_ctransid != (p->parent_id ? p->parent_ctransid : 0) ||
-	    memcmp(t->parent_uuid, p->parent_id ? p->parent_uuid : none,
-		   NX_SS_UUID_LEN)) {
-		nx_cli_error("the resume token is for another stream than "
-			     "%s%s%s of this volume", a->parent ? a->parent : "",
-			     a->parent ? " -> " : "", a->name);
-		return -1;
-	}
-	p->resume = t;
-	return 0;
-}
-
 /* Write the stream of DELTA read through RD; 0 or NX_CLI_FAIL. */
 static int write_stream(const struct send_args *a, const struct nx_delta *d,
 			struct nx_send_reader *rd, struct nx_send_params *p)
 {
-	static struct nx_ss_token tok;	/* p->resume points here */
+	struct output o = { .path = a->out, .fd = -1 };
+	struct nx_ss_token tok;
 	struct nx_send_stats st;
-	char msg[512];
-	errcode_t err;
+	char msg[512] = "";
+	errcode_t err = 0;
 
 	p->name = a->name;
-	if (a->resume && check_token(a, p, &tok))
+	p->out.write = output_write;
+	p->out.priv = &o;
+	if (a->resume)
+		err = nx_send_resume_from(p, a->resume, a->parent, &tok, msg,
+					  sizeof(msg));
+	if (!err)
+		err = nx_send_stream(d, rd, p, &st, msg, sizeof(msg));
+	if (output_end(&o, err, msg))
 		return NX_CLI_FAIL;
-	p->fd = open_output(a);
-	if (p->fd < 0)
-		return NX_CLI_FAIL;
-	err = nx_send_stream(d, rd, p, &st, msg, sizeof(msg));
-	if (!err && a->out && fsync(p->fd) < 0)
-		err = errno;
-	if (a->out && close(p->fd) < 0 && !err)
-		err = errno;
-	if (err) {
-		nx_cli_error("%s", msg[0] ? msg : error_message(err));
-		if (a->out)
-			unlink(a->out);
-		return NX_CLI_FAIL;
-	}
 	report(a, &st);
 	return 0;
 }
 
 static int send_image(const struct send_args *a)
 {
+	struct output o = { .path = a->out, .fd = -1 };
+	struct nx_send_out out = { .fd = -1, .write = output_write,
+				   .priv = &o };
 	struct nx_snapinfo info[2];
-	struct nx_send_params p;
-	struct nx_send_reader *rd = NULL;
-	struct nx_delta delta = { 0 };
+	struct nx_send_stats st;
 	struct nx_volume *vol;
 	char msg[512] = "";
 	int rc = NX_CLI_FAIL;
 	errcode_t err;
 
-	memset(&p, 0, sizeof(p));
 	if (nx_cli_open_image(a->source, &vol))
 		return NX_CLI_FAIL;
 	nx_volume_lock(vol);
 	if (nx_snap_find(vol, a->name, &info[1])) {
 		nx_cli_error("no snapshot named '%s'", a->name);
-		goto out;
+		goto unlock;
 	}
 	if (a->parent && nx_snap_find(vol, a->parent, &info[0])) {
 		nx_cli_error("no snapshot named '%s'", a->parent);
-		goto out;
+		goto unlock;
 	}
 	if (a->parent && nx_snap_name_index(vol, a->parent) >=
 			 nx_snap_name_index(vol, a->name)) {
 		nx_cli_error("snapshot '%s' is not older than '%s'", a->parent,
 			     a->name);
-		goto out;
+		goto unlock;
 	}
-	p.id = info[1].id;
-	p.parent_id = a->parent ? info[0].id : 0;
-	err = nx_snap_identity(vol, &info[1], p.uuid, &p.ctransid);
-	if (!err && p.parent_id)
-		err = nx_snap_identity(vol, &info[0], p.parent_uuid,
-				       &p.parent_ctransid);
-	if (err) {
-		nx_cli_error("the identities of the snapshots: %s",
-			     error_message(err));
-		goto out;
-	}
-	err = nx_snap_delta(vol, p.parent_id, p.id, NX_DELTA_WANT_EXTENTS |
-			    (p.parent_id ? 0 : NX_DELTA_FULL), NULL, &delta,
-			    msg, sizeof(msg));
-	if (!err)
-		err = nx_send_view_reader(vol, p.parent_id, p.id, &rd);
-	if (err) {
-		nx_cli_error("%s", msg[0] ? msg : error_message(err));
-		goto out;
-	}
-	rc = write_stream(a, &delta, rd, &p);
-out:
-	nx_send_view_reader_free(rd);
-	nx_delta_free(&delta);
+	nx_volume_unlock(vol);		/* the send locks what it reads */
+	err = nx_send_snapshot(vol, a->parent ? info[0].id : 0, info[1].id,
+			       a->resume, &out, &st, msg, sizeof(msg));
+	rc = output_end(&o, err, msg);
+	if (!rc)
+		report(a, &st);
+	goto out;
+unlock:
 	nx_volume_unlock(vol);
+out:
 	nx_volume_close(vol);
 	return rc;
 }
@@ -388,8 +381,11 @@ int nx_cmd_send(struct nx_cli_args *a)
 		.parent = a->val[NX_OPT_PARENT], .out = a->val[NX_OPT_OUTPUT],
 		.resume = a->val[NX_OPT_RESUME], .json = a->opt[NX_OPT_JSON],
 	};
+	struct output o = { .path = sa.out, .fd = -1 };
 	struct stat st;
 
+	if (output_check(&o))
+		return NX_CLI_FAIL;
 	if (stat(sa.source, &st) == 0 && S_ISDIR(st.st_mode))
 		return send_mount(&sa);
 	return send_image(&sa);
