@@ -3,13 +3,17 @@
  * snapshot NAME as a btrfs send stream (send.h), the whole of it or only
  * what changed since snapshot PARENT.
  *
- * SOURCE is an unmounted image (the delta and the data come from the
- * snapshots' views) or the mountpoint of a nextfs-fuse volume: the daemon
- * keeps serving, hands over the block-map delta it made on its own views
- * (NX_IOC_DELTA_START with extents, mountdelta.c), and the data, targets
- * and xattrs are read through MNT/.snapshots/NAME (and .../PARENT), which
- * never change, so the live tree may be written meanwhile.  Only root
- * and the user who mounted the volume get the delta (docs/security.md).
+ * SOURCE is an unmounted image (nx_send_snapshot, send.h, on the
+ * snapshots' views) or the mountpoint of a nextfs-fuse volume, which
+ * keeps serving: the daemon runs the same sender on its own views and
+ * writes the stream into a FIFO this tool made and reads
+ * (NX_IOC_SEND_START): no file data crosses FUSE.  A daemon that cannot
+ * (an older one, or one that cannot reach the FIFO) hands over the
+ * block-map delta it made (NX_IOC_DELTA_START with extents,
+ * mountdelta.c), and the data, targets and xattrs are read through
+ * MNT/.snapshots/NAME (and .../PARENT), which never change, so the live
+ * tree may be written meanwhile.  Only root and the user who mounted
+ * the volume may send from a mount (docs/security.md).
  *
  * The stream goes to FILE (made at its first byte; removed again if the
  * send fails, so a refusal writes nothing) or to stdout, never to a
@@ -123,6 +127,7 @@ static errcode_t mr_xattrs(struct nx_send_reader *rd, int s, ext2_ino_t ino,
 struct output {
 	const char *path;		/* -o FILE; NULL: stdout */
 	int fd;				/* -1 until the first byte */
+	int no_splice;			/* splice(2) cannot write there */
 };
 
 /* Before any work: never a terminal. */
@@ -307,6 +312,190 @@ static int mount_identity(int fd, const char *mnt, const char *name,
 	return 0;
 }
 
+/* ------------------------------------------------------------------ */
+/* The daemon's send (nxioctl.h, NX_IOC_SEND_START).                   */
+
+/* The daemon cannot (an older one, or the FIFO): read through the mount. */
+#define THROUGH_MOUNT	(-2)
+
+/* A FIFO in a directory of our own, open for reading. */
+struct fifo {
+	char dir[256];
+	char path[272];
+	int dirfd, fd;
+};
+
+static void fifo_remove(struct fifo *f)
+{
+	if (f->dirfd < 0)
+		return;
+	unlinkat(f->dirfd, "stream", 0);
+	close(f->dirfd);
+	rmdir(f->dir);
+	f->dirfd = -1;
+}
+
+/*
+ * Made with mkdtemp (mode 0700) in TMPDIR or /tmp, the FIFO 0600 in it,
+ * opened for reading before the daemon opens it for writing (else it
+ * could not: ENXIO).  Never on the mount itself (device MNT_DEV): the
+ * daemon would look the path up through itself, and with one thread
+ * (-s) wait for itself forever.  -1 with errno.
+ */
+static int fifo_make(struct fifo *f, dev_t mnt_dev)
+{
+	const char *tmp = getenv("TMPDIR");
+	struct stat st;
+	int e;
+
+	f->dirfd = f->fd = -1;
+	snprintf(f->dir, sizeof(f->dir), "%s/nextfs-send-XXXXXX",
+		 tmp && tmp[0] == '/' && strlen(tmp) < 200 ? tmp : "/tmp");
+	if (!mkdtemp(f->dir))
+		return -1;
+	snprintf(f->path, sizeof(f->path), "%s/stream", f->dir);
+	f->dirfd = open(f->dir, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (f->dirfd < 0) {
+		e = errno;
+		rmdir(f->dir);
+		errno = e;
+		return -1;
+	}
+	if (fstat(f->dirfd, &st) < 0 || st.st_uid != geteuid() ||
+	    (st.st_mode & 077))
+		errno = EPERM;		/* not the one mkdtemp made */
+	else if (st.st_dev == mnt_dev)
+		errno = EXDEV;
+	else if (mkfifoat(f->dirfd, "stream", 0600) == 0)
+		f->fd = openat(f->dirfd, "stream", O_RDONLY | O_NONBLOCK |
+			       O_NOFOLLOW | O_CLOEXEC);
+	if (f->fd < 0) {
+		e = errno;
+		fifo_remove(f);
+		errno = e;
+		return -1;
+	}
+	/* fewer, larger turns between the daemon and us (a hint) */
+	fcntl(f->fd, F_SETPIPE_SZ, 1 << 20);
+	return 0;
+}
+
+/* Everything from IN to O, until the end of the stream. */
+static errcode_t pump(int in, struct output *o)
+{
+	static char buf[1 << 16];
+	errcode_t err;
+	ssize_t n;
+
+	for (;;) {
+		if (o->fd >= 0 && !o->no_splice) {
+			/* the pages move from pipe to pipe (or file) */
+			n = splice(in, NULL, o->fd, NULL, 1 << 20,
+				   SPLICE_F_MOVE | SPLICE_F_MORE);
+			if (n < 0 && errno == EINVAL) {
+				o->no_splice = 1;
+				continue;
+			}
+		} else {
+			n = read(in, buf, sizeof(buf));
+			if (n > 0) {
+				err = output_write(o, buf, (size_t)n);
+				if (err)
+					return err;
+			}
+		}
+		if (n == 0)
+			return 0;
+		if (n < 0 && errno != EINTR)
+			return errno;
+	}
+}
+
+/* How the daemon's send H ended (it closes the FIFO just after). */
+static int send_status(int fd, uint64_t h, struct nx_ioc_send_status *st)
+{
+	int tries;
+
+	for (tries = 0; tries < 5000; tries++) {
+		memset(st, 0, sizeof(*st));
+		st->handle = h;
+		if (ioctl(fd, NX_IOC_SEND_STATUS, st) < 0)
+			return -1;
+		if (st->state == NX_IOC_SEND_DONE)
+			return 0;
+		usleep(1000);
+	}
+	errno = ETIMEDOUT;
+	return -1;
+}
+
+/*
+ * Snapshot ID (from PARENT_ID) of the mount at MNT, asked through FD:
+ * the daemon writes the stream into our FIFO.  0, NX_CLI_FAIL after a
+ * message, or THROUGH_MOUNT.
+ */
+static int daemon_send(const struct send_args *a, int fd, const char *mnt,
+		       uint32_t parent_id, uint32_t id)
+{
+	struct output o = { .path = a->out, .fd = -1 };
+	struct nx_ioc_send_start *q = calloc(1, sizeof(*q));
+	struct nx_ioc_send_status st;
+	struct nx_send_stats stats;
+	struct fifo f = { .dirfd = -1, .fd = -1 };
+	struct stat mst;
+	char msg[sizeof(st.msg) + 64] = "";
+	int rc = THROUGH_MOUNT;
+	errcode_t err;
+
+	if (!q || (a->resume && strlen(a->resume) >= sizeof(q->resume)) ||
+	    fstat(fd, &mst) || fifo_make(&f, mst.st_dev) ||
+	    strlen(f.path) >= sizeof(q->path))
+		goto out;
+	q->old_id = parent_id;
+	q->new_id = id;
+	snprintf(q->resume, sizeof(q->resume), "%s", a->resume ? a->resume :
+		 "");
+	snprintf(q->path, sizeof(q->path), "%s", f.path);
+	err = ioctl(fd, NX_IOC_SEND_START, q) < 0 ? errno : 0;
+	fifo_remove(&f);		/* the daemon has it open, or not */
+	if (err || (q->error && (q->flags & NX_IOC_SEND_PIPE)))
+		goto out;		/* older daemon, EPERM, the FIFO */
+	rc = NX_CLI_FAIL;
+	if (q->error) {
+		nx_cli_error("%s: %s", mnt, q->msg);
+		goto out;
+	}
+	fcntl(f.fd, F_SETFL, fcntl(f.fd, F_GETFL) & ~O_NONBLOCK);
+	err = pump(f.fd, &o);
+	if (err) {
+		snprintf(msg, sizeof(msg), "writing the stream: %s",
+			 error_message(err));
+	} else if (send_status(fd, q->handle, &st)) {
+		err = errno;
+		snprintf(msg, sizeof(msg), "%s: the send's outcome: %s", mnt,
+			 strerror(err));
+	} else {
+		err = st.error;
+		snprintf(msg, sizeof(msg), "%s", st.msg);
+	}
+	close(f.fd);
+	f.fd = -1;
+	rc = output_end(&o, err, msg);
+	if (!rc) {
+		stats.bytes = st.bytes;
+		stats.data_bytes = st.data_bytes;
+		stats.commands = st.commands;
+		stats.inodes = st.inodes;
+		report(a, &stats);
+	}
+out:
+	if (f.fd >= 0)
+		close(f.fd);
+	fifo_remove(&f);
+	free(q);
+	return rc;
+}
+
 static int send_mount(const struct send_args *a)
 {
 	struct mount_reader mr = { .rd = { mr_pread, mr_readlink, mr_xattrs },
@@ -347,6 +536,10 @@ static int send_mount(const struct send_args *a)
 	}
 	p.id = q[1].id;
 	p.parent_id = a->parent ? q[0].id : 0;
+	rc = daemon_send(a, mr.root[1], pl.mnt.path, p.parent_id, p.id);
+	if (rc != THROUGH_MOUNT)
+		goto out;
+	rc = NX_CLI_FAIL;
 	if (mount_identity(mr.root[1], pl.mnt.path, a->name, p.id, p.uuid,
 			   &p.ctransid) ||
 	    (p.parent_id && mount_identity(mr.root[1], pl.mnt.path, a->parent,

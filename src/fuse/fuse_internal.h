@@ -54,7 +54,7 @@ static inline void get_cred(fuse_req_t req, struct nx_cred *cred)
 
 /*
  * Who may ask the daemon for what reads past the permissions of single
- * files (the whole superblock, the delta of two trees) or
+ * files (the whole superblock, the delta of two trees, a send) or
  * rewrites any of them (a receive): root (after -o fakeroot's mapping)
  * and the user who mounted the volume, who opened its image and can
  * read and write every byte of it anyway (docs/security.md).
@@ -142,12 +142,24 @@ errcode_t nx_fuse_same_data(fuse_req_t req, struct nx_fuse *live,
 			    size_t *out_size);
 void nx_fuse_delta_read(fuse_req_t req, const void *in, size_t in_size,
 			size_t out_bufsz);
-/* A handle of a session that nobody can guess (never 0). */
+/* A handle of a session or a send that nobody can guess (never 0). */
 uint64_t nx_fuse_new_handle(void);
 
 void nx_fuse_ioctl(fuse_req_t req, fuse_ino_t nodeid, unsigned int cmd,
 		   void *arg, struct fuse_file_info *fi, unsigned flags,
 		   const void *in_buf, size_t in_bufsz, size_t out_bufsz);
+
+/*
+ * send_ops.c: NX_IOC_SEND_START and NX_IOC_SEND_STATUS (nxioctl.h), which
+ * reply themselves and need no volume lock (the send's worker takes it
+ * per piece).  nx_fuse_send_shutdown(): at unmount, before the volume
+ * closes, stop every send still running and wait for its worker.
+ */
+void nx_fuse_send_start(fuse_req_t req, const void *in, size_t in_size,
+			size_t out_bufsz);
+void nx_fuse_send_status(fuse_req_t req, const void *in, size_t in_size,
+			 size_t out_bufsz);
+void nx_fuse_send_shutdown(void);
 
 /*
  * snap_ops.c: the ext inode number of what tree ID (0: the live tree)

@@ -340,6 +340,14 @@ void nx_fuse_ioctl(fuse_req_t req, fuse_ino_t nodeid, unsigned int cmd,
 		nx_fuse_delta_read(req, in_buf, in_bufsz, out_bufsz);
 		return;
 	}
+	if (cmd == NX_IOC_SEND_START) {	/* the worker locks per piece */
+		nx_fuse_send_start(req, in_buf, in_bufsz, out_bufsz);
+		return;
+	}
+	if (cmd == NX_IOC_SEND_STATUS) {
+		nx_fuse_send_status(req, in_buf, in_bufsz, out_bufsz);
+		return;
+	}
 	if (nx_fuse_recv_ioctl(req, nodeid, cmd, in_buf, in_bufsz, out_bufsz))
 		return;			/* recv_ioctl.c: "nextfs receive" */
 	get_cred(req, &cred);

@@ -33,6 +33,7 @@ Runs once (no flavour): ext4 images, as root.
 """
 
 import ctypes
+import errno
 import fcntl
 import os
 import select
@@ -53,6 +54,10 @@ DEPTH = 2000
 NX_IOC_DELTA_START = (3 << 30) | (32 << 16) | (ord('N') << 8) | 0xF0
 # _IOWR('N', 0xEC, struct nx_ioc_same_data)
 NX_IOC_SAME_DATA = (3 << 30) | (32 << 16) | (ord('N') << 8) | 0xEC
+# _IOWR('N', 0xEA, struct nx_ioc_send_start): 4760 bytes
+SEND_START = struct.Struct('IIIIQ128s4096s512s')
+NX_IOC_SEND_START = ((3 << 30) | (SEND_START.size << 16) | (ord('N') << 8) |
+                     0xEA)
 
 
 def tool(*args, user=None, stdout=subprocess.PIPE):
@@ -650,6 +655,59 @@ class PathSafetyTest(nx.NxTestCase):
             with self.assertRaises(PermissionError):
                 self.as_nobody(same_data, m.path)
         self.fsck(img)
+
+    def test_send_channel(self):
+        """The daemon (root here) writes a send's stream only into a FIFO
+        of the caller's: root naming a regular file, nobody's FIFO, a
+        symbolic link to root's FIFO or a FIFO nobody reads is refused
+        and nothing is written; nobody may not start a send on root's
+        mount at all, and "nextfs send" as nobody writes nothing."""
+        img = self.make_image()
+        with self.snapmount(img) as m:
+            write_file(m.p('f'), b'data' * 1000)
+            snap(m, 'a')
+
+            def start(path):
+                q = bytearray(SEND_START.pack(0, 1, 0, 0, 0, b'',
+                                              os.fsencode(path), b''))
+                fd = os.open(m.path, os.O_RDONLY | os.O_DIRECTORY)
+                try:
+                    fcntl.ioctl(fd, NX_IOC_SEND_START, q)
+                finally:
+                    os.close(fd)
+                out = SEND_START.unpack(bytes(q))
+                return out[3], out[7].rstrip(b'\0')     # error, msg
+
+            def j(n):
+                return os.path.join(self.rootonly, n)
+            plain, mine, theirs, link = (j('plain'), j('fifo'),
+                                         j('nobodys'), j('link'))
+            os.mkfifo(mine, 0o600)
+            os.mkfifo(theirs, 0o600)
+            os.chown(theirs, UID, GID)
+            os.symlink(mine, link)
+            with open(plain, 'wb') as fh:
+                fh.write(b'keep')
+            for path, want in ((plain, errno.EPERM), (theirs, errno.EPERM),
+                               (link, errno.EPERM), (mine, errno.ENXIO),
+                               ('fifo', errno.EINVAL)):
+                err, msg = start(path)
+                self.assertEqual(err, want, (path, msg))
+            self.assertEqual(read_file(plain), b'keep')
+            for n in ('plain', 'fifo', 'nobodys', 'link'):
+                os.unlink(j(n))
+            with self.assertRaises(PermissionError):
+                self.as_nobody(start, '/nonexistent')
+            out = os.path.join(self.work, 'nobody-out')
+            os.chmod(self.work, 0o777)
+            rc, _, err = tool('send', m.path, 'a', '-o', out,
+                              user=(UID, GID))
+            self.assertEqual(rc, 1, err)
+            self.assertEqual(len(err.strip().splitlines()), 1, err)
+            self.assertFalse(os.path.exists(out))
+            self.assertUntouched()
+        self.fsck(img)
+
 
 if __name__ == '__main__':
     nx.main()

@@ -20,6 +20,7 @@ import hashlib
 import os
 import random
 import shutil
+import signal
 import socket
 import stat
 import subprocess
@@ -343,6 +344,34 @@ class SendTest(nx.NxTestCase):
         self.assertEqual(off, last)
         self.assertEqual(tool('check', '--views', img).returncode, 0)
         self.assertEqual(nxsnap.fsck_masked(img)[0], 0)
+
+    def test_dead_reader(self):
+        """A send whose reader is killed ends; the daemon goes on
+        serving, and unmounts cleanly."""
+        img = self.make_image('64M')
+        with self.mounted(img, check=False) as m:
+            with open(m.p('big'), 'wb') as f:
+                f.write(os.urandom(6 << 20))
+            os.mkdir(nxsnap.snap_dir(m, 'a'))
+            p = subprocess.Popen([nx.tool_path(), 'send', m.path, 'a'],
+                                 stdout=subprocess.PIPE,
+                                 stderr=subprocess.DEVNULL)
+            self.assertEqual(len(p.stdout.read(65536)), 65536)
+            p.kill()
+            p.wait()
+            p.stdout.close()
+            full = self.send(m.path, 'a')
+            self.assertEqual(commands(full)[-1][3][4:6], b'\x15\x00')  # END
+            # a reader that stops reading: its send waits, others go on
+            p = subprocess.Popen([nx.tool_path(), 'send', m.path, 'a'],
+                                 stdout=subprocess.PIPE,
+                                 stderr=subprocess.DEVNULL)
+            self.assertEqual(len(p.stdout.read(65536)), 65536)
+            p.send_signal(signal.SIGSTOP)
+            self.assertEqual(self.send(m.path, 'a'), full)
+            p.kill()
+            p.wait()
+            p.stdout.close()
 
     def test_resume(self):
         """send --resume TOKEN: the rest of the stream the token names,
