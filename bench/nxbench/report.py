@@ -437,7 +437,7 @@ def _print_repl(res, out):
     if not s.get('send_files'):
         return
     out.write('\nnextfs send from the mountpoint, %d files (%s), 1%% '
-              'changed (%.0f KiB)\n' % (
+              'changed (%.0f KiB); cold, into wc -c\n' % (
                   s['send_files'], _mib(s['send_tree_bytes'] / 1048576.0),
                   s['send_changed_bytes'] / 1024.0))
     out.write('  %-40s %13s\n' % ('tar -c of .snapshots/NAME',

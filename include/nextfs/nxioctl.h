@@ -68,6 +68,35 @@
  * who walk the trees instead: names in directories they cannot read are
  * never shown to them; docs/security.md).
  *
+ * NX_IOC_SEND_START (any file or directory): "nextfs send" on a
+ * mountpoint, made by the daemon (send.h, nx_send_snapshot) so that no
+ * file data crosses FUSE: the stream of snapshot new_id (from old_id,
+ * 0: a full stream; resumed from the token resume, if not empty) goes
+ * into the FIFO at path, which a worker thread of the daemon writes
+ * while the tool reads its other end.  The caller makes the FIFO in a
+ * directory of its own and opens it for reading first; the daemon
+ * opens it without following a symbolic link, only if it is a FIFO
+ * owned by the caller (the uid of the request, as the host has it: the
+ * FIFO is a file of the host, where -o fakeroot maps nothing) - so the
+ * daemon writes nothing the caller could not have written - and writes
+ * nothing but the stream.  error and msg say why a send could not start
+ * (NX_IOC_SEND_PIPE: the FIFO, so the tool may read the snapshot
+ * through the mount instead).  The stream ends with the FIFO closed;
+ * then NX_IOC_SEND_STATUS with the handle says how it went and forgets
+ * the send (it is forgotten anyway when NX_SEND_JOBS newer ones
+ * finished).  A send whose reader goes away stops.  Who may: root
+ * (after -o fakeroot) and the user who mounted the volume, as for the
+ * delta (EPERM for others); the handle is random, and only its user
+ * may ask for its status.
+ *
+ * NX_IOC_SAME_DATA (any file or directory): do two regular files of the
+ * mount hold the same bytes?  Each is named by its tree (a snapshot id,
+ * 0: the live tree) and the st_ino that tree shows for it; the daemon
+ * answers from the block maps and reads bytes only where they map
+ * differently (diff.c, nx_snap_same_data), for "nextfs versions".  Who
+ * may: as for the delta (EPERM for others, who compare the files
+ * through the mount); EINVAL when either is not a regular file there.
+ *
  * MNT/.snapshot-images/NAME (NX_IMGDIR_NAME) is snapshot NAME as a
  * standalone image file (image.h; docs/snapshots.md).  NX_IOC_IMG_CHANGES
  * (on such a file, open; old_id's image open too, by the same or another
@@ -87,8 +116,9 @@
  * copy of the file would not fit.  Free space too fragmented to improve
  * the file is status NX_IOC_DEFRAG_FRAGMENTED, with nothing written.
  *
- * Numbers: 0xE5-0xE8 for receive, 0xE9 the identity, 0xEA defrag,
- * 0xF0-0xF2 for the delta and image ioctls; 0xEB-0xEF are free.
+ * Numbers: 0xE5-0xE8 for receive, 0xE9 the identity, 0xEA-0xEC for
+ * send and the comparison of files, 0xED defrag, 0xF0-0xF2 for the
+ * delta and image ioctls; 0xEE-0xEF are free.
  */
 #ifndef NEXTFS_NXIOCTL_H
 #define NEXTFS_NXIOCTL_H
@@ -237,6 +267,45 @@ struct nx_ioc_delta_read {
 	char data[NX_IOC_DELTA_CHUNK];
 };
 
+#define NX_SEND_JOBS		4
+#define NX_IOC_SEND_PIPE	0x1	/* error: the FIFO could not be used */
+
+struct nx_ioc_send_start {
+	uint32_t old_id;		/* in: the parent, 0: a full stream */
+	uint32_t new_id;		/* in: the snapshot */
+	uint32_t flags;			/* out: NX_IOC_SEND_PIPE */
+	uint32_t error;			/* out: 0, or an errno and msg */
+	uint64_t handle;		/* out */
+	char resume[128];		/* in: a resume token, or "" */
+	char path[4096];		/* in: the FIFO, an absolute path */
+	char msg[512];			/* out */
+};
+
+#define NX_IOC_SEND_RUNNING	0	/* nx_ioc_send_status.state */
+#define NX_IOC_SEND_DONE	1
+
+struct nx_ioc_send_status {
+	uint64_t handle;		/* in */
+	uint32_t state;			/* out: NX_IOC_SEND_*, and all below */
+	uint32_t error;			/* 0, or an errno and msg */
+	uint64_t bytes;			/* (send.h, nx_send_stats) */
+	uint64_t data_bytes;
+	uint64_t commands;
+	uint64_t inodes;
+	char msg[512];
+};
+
+struct nx_ioc_same_data {
+	uint32_t id[2];			/* in: each file's tree (0: live) */
+	uint64_t st_ino[2];		/* in: its st_ino there */
+	uint32_t same;			/* out: 1 the same bytes, 0 not */
+	uint32_t pad;
+};
+
+#define NX_IOC_SEND_START	_IOWR('N', 0xEA, struct nx_ioc_send_start)
+#define NX_IOC_SEND_STATUS	_IOWR('N', 0xEB, struct nx_ioc_send_status)
+#define NX_IOC_SAME_DATA	_IOWR('N', 0xEC, struct nx_ioc_same_data)
+
 /* struct nx_ioc_defrag.status (= NX_DEFRAG_*, defrag.h) */
 #define NX_IOC_DEFRAG_DONE		0	/* moved */
 #define NX_IOC_DEFRAG_CONTIGUOUS	1	/* nothing to gain: untouched */
@@ -252,7 +321,7 @@ struct nx_ioc_defrag {
 	uint64_t kept;			/* out: old blocks the snapshot kept */
 };
 
-#define NX_IOC_DEFRAG		_IOWR('N', 0xEA, struct nx_ioc_defrag)
+#define NX_IOC_DEFRAG		_IOWR('N', 0xED, struct nx_ioc_defrag)
 
 #define NX_IOC_DELTA_START	_IOWR('N', 0xF0, struct nx_ioc_delta_start)
 #define NX_IOC_DELTA_READ	_IOWR('N', 0xF1, struct nx_ioc_delta_read)

@@ -154,6 +154,18 @@ errcode_t nx_snap_delta(struct nx_volume *vol, uint32_t old_id,
 			const struct nx_progress *prog, struct nx_delta *delta,
 			char *msg, size_t msglen);
 
+/*
+ * Do regular file INO[0] of tree ID[0] and regular file INO[1] of tree
+ * ID[1] (snapshot ids, 0: the live tree) of VOL hold the same bytes
+ * (*SAME)?  Decided from the block maps like the delta's content: blocks
+ * that resolve to the same device block are equal without being read,
+ * the others are compared byte for byte.  EINVAL if either is not a
+ * regular file in use there; ENOENT: no such snapshot.  VOL locked.
+ */
+errcode_t nx_snap_same_data(struct nx_volume *vol, const uint32_t id[2],
+			    const ext2_ino_t ino[2], int *same, char *msg,
+			    size_t msglen);
+
 /* ------------------------------------------------------------------ */
 /* Restore. */
 

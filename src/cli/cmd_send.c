@@ -3,16 +3,21 @@
  * snapshot NAME as a btrfs send stream (send.h), the whole of it or only
  * what changed since snapshot PARENT.
  *
- * SOURCE is an unmounted image (the delta and the data come from the
- * snapshots' views) or the mountpoint of a nextfs-fuse volume: the daemon
- * keeps serving, hands over the block-map delta it made on its own views
- * (NX_IOC_DELTA_START with extents, mountdelta.c), and the data, targets
- * and xattrs are read through MNT/.snapshots/NAME (and .../PARENT), which
- * never change, so the live tree may be written meanwhile.  Only root
- * and the user who mounted the volume get the delta (docs/security.md).
+ * SOURCE is an unmounted image (nx_send_snapshot, send.h, on the
+ * snapshots' views) or the mountpoint of a nextfs-fuse volume, which
+ * keeps serving: the daemon runs the same sender on its own views and
+ * writes the stream into a FIFO this tool made and reads
+ * (NX_IOC_SEND_START): no file data crosses FUSE.  A daemon that cannot
+ * (an older one, or one that cannot reach the FIFO) hands over the
+ * block-map delta it made (NX_IOC_DELTA_START with extents,
+ * mountdelta.c), and the data, targets and xattrs are read through
+ * MNT/.snapshots/NAME (and .../PARENT), which never change, so the live
+ * tree may be written meanwhile.  Only root and the user who mounted
+ * the volume may send from a mount (docs/security.md).
  *
- * The stream goes to FILE (made anew; removed again if the send fails)
- * or to stdout, never to a terminal.  --json says on stderr what was
+ * The stream goes to FILE (made at its first byte; removed again if the
+ * send fails, so a refusal writes nothing) or to stdout, never to a
+ * terminal.  --json says on stderr what was
  * sent (bytes, file data, commands, files).  --resume TOKEN (written by
  * an interrupted "nextfs receive", sendstream.h) sends the rest of the
  * stream of the pair the token names, and nothing if the token names
@@ -117,23 +122,65 @@ static errcode_t mr_xattrs(struct nx_send_reader *rd, int s, ext2_ino_t ino,
 }
 
 /* ------------------------------------------------------------------ */
+/* Where the stream goes.                                              */
 
-static int open_output(const struct send_args *a)
+struct output {
+	const char *path;		/* -o FILE; NULL: stdout */
+	int fd;				/* -1 until the first byte */
+	int no_splice;			/* splice(2) cannot write there */
+};
+
+/* Before any work: never a terminal. */
+static int output_check(const struct output *o)
 {
-	int fd;
-
-	if (!a->out) {
-		if (isatty(STDOUT_FILENO)) {
-			nx_cli_error("will not write a send stream to a "
-				     "terminal: use -o FILE or a pipe");
-			return -1;
-		}
-		return STDOUT_FILENO;
+	if (!o->path && isatty(STDOUT_FILENO)) {
+		nx_cli_error("will not write a send stream to a terminal: use "
+			     "-o FILE or a pipe");
+		return -1;
 	}
-	fd = open(a->out, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-	if (fd < 0)
-		nx_cli_error("%s: %s", a->out, strerror(errno));
-	return fd;
+	return 0;
+}
+
+/* At the first byte: FILE is made (or emptied) only now. */
+static errcode_t output_open(struct output *o)
+{
+	if (o->fd >= 0)
+		return 0;
+	if (!o->path) {
+		o->fd = STDOUT_FILENO;
+		return 0;
+	}
+	o->fd = open(o->path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	return o->fd < 0 ? errno : 0;
+}
+
+/* struct nx_send_out's write. */
+static errcode_t output_write(void *priv, const void *buf, size_t len)
+{
+	struct output *o = priv;
+	errcode_t err = output_open(o);
+
+	return err ? err : nx_write_all(o->fd, buf, len, NX_FD_POS, NULL);
+}
+
+/*
+ * The send ended (ERR, MSG): FILE made durable, or removed after a
+ * failure; the error line.  0 or NX_CLI_FAIL.
+ */
+static int output_end(struct output *o, errcode_t err, const char *msg)
+{
+	if (o->path && o->fd >= 0) {
+		if (!err && fsync(o->fd) < 0)
+			err = errno;
+		if (close(o->fd) < 0 && !err)
+			err = errno;
+	}
+	if (!err)
+		return 0;
+	nx_cli_error("%s", msg && msg[0] ? msg : error_message(err));
+	if (o->path && o->fd >= 0)
+		unlink(o->path);
+	return NX_CLI_FAIL;
 }
 
 static void report(const struct send_args *a, const struct nx_send_stats *st)
@@ -155,118 +202,69 @@ static void report(const struct send_args *a, const struct nx_send_stats *st)
 	nx_json_end(&j);
 }
 
-/*
- * A token resumes only the stream of the pair it names: the snapshots'
- * identities (their UUIDs and ctransids, as this volume has them) must
- * be its.
- */
-static int check_token(const struct send_args *a, struct nx_send_params *p,
-		       struct nx_ss_token *t)
-{
-	static const unsigned char none[NX_SS_UUID_LEN];
-
-	if (nx_ss_token_decode(a->resume, t)) {
-		nx_cli_error("not a resume token: %s", a->resume);
-		return -1;
-	}
-	if (t->version != NX_SS_VERSION_1 || t->ctransid != p->ctransid ||
-	    memcmp(t->uuid, p->uuid, NX_SS_UUID_LEN) ||
-	    t->parent_ctransid != (p->parent_id ? p->parent_ctransid : 0) ||
-	    memcmp(t->parent_uuid, p->parent_id ? p->parent_uuid : none,
-		   NX_SS_UUID_LEN)) {
-		nx_cli_error("the resume token is for another stream than "
-			     "%s%s%s of this volume", a->parent ? a->parent : "",
-			     a->parent ? " -> " : "", a->name);
-		return -1;
-	}
-	p->resume = t;
-	return 0;
-}
-
 /* Write the stream of DELTA read through RD; 0 or NX_CLI_FAIL. */
 static int write_stream(const struct send_args *a, const struct nx_delta *d,
 			struct nx_send_reader *rd, struct nx_send_params *p)
 {
-	static struct nx_ss_token tok;	/* p->resume points here */
+	struct output o = { .path = a->out, .fd = -1 };
+	struct nx_ss_token tok;
 	struct nx_send_stats st;
-	char msg[512];
-	errcode_t err;
+	char msg[512] = "";
+	errcode_t err = 0;
 
 	p->name = a->name;
-	if (a->resume && check_token(a, p, &tok))
+	p->out.write = output_write;
+	p->out.priv = &o;
+	if (a->resume)
+		err = nx_send_resume_from(p, a->resume, a->parent, &tok, msg,
+					  sizeof(msg));
+	if (!err)
+		err = nx_send_stream(d, rd, p, &st, msg, sizeof(msg));
+	if (output_end(&o, err, msg))
 		return NX_CLI_FAIL;
-	p->fd = open_output(a);
-	if (p->fd < 0)
-		return NX_CLI_FAIL;
-	err = nx_send_stream(d, rd, p, &st, msg, sizeof(msg));
-	if (!err && a->out && fsync(p->fd) < 0)
-		err = errno;
-	if (a->out && close(p->fd) < 0 && !err)
-		err = errno;
-	if (err) {
-		nx_cli_error("%s", msg[0] ? msg : error_message(err));
-		if (a->out)
-			unlink(a->out);
-		return NX_CLI_FAIL;
-	}
 	report(a, &st);
 	return 0;
 }
 
 static int send_image(const struct send_args *a)
 {
+	struct output o = { .path = a->out, .fd = -1 };
+	struct nx_send_out out = { .fd = -1, .write = output_write,
+				   .priv = &o };
 	struct nx_snapinfo info[2];
-	struct nx_send_params p;
-	struct nx_send_reader *rd = NULL;
-	struct nx_delta delta = { 0 };
+	struct nx_send_stats st;
 	struct nx_volume *vol;
 	char msg[512] = "";
 	int rc = NX_CLI_FAIL;
 	errcode_t err;
 
-	memset(&p, 0, sizeof(p));
 	if (nx_cli_open_image(a->source, &vol))
 		return NX_CLI_FAIL;
 	nx_volume_lock(vol);
 	if (nx_snap_find(vol, a->name, &info[1])) {
 		nx_cli_error("no snapshot named '%s'", a->name);
-		goto out;
+		goto unlock;
 	}
 	if (a->parent && nx_snap_find(vol, a->parent, &info[0])) {
 		nx_cli_error("no snapshot named '%s'", a->parent);
-		goto out;
+		goto unlock;
 	}
 	if (a->parent && nx_snap_name_index(vol, a->parent) >=
 			 nx_snap_name_index(vol, a->name)) {
 		nx_cli_error("snapshot '%s' is not older than '%s'", a->parent,
 			     a->name);
-		goto out;
+		goto unlock;
 	}
-	p.id = info[1].id;
-	p.parent_id = a->parent ? info[0].id : 0;
-	err = nx_snap_identity(vol, &info[1], p.uuid, &p.ctransid);
-	if (!err && p.parent_id)
-		err = nx_snap_identity(vol, &info[0], p.parent_uuid,
-				       &p.parent_ctransid);
-	if (err) {
-		nx_cli_error("the identities of the snapshots: %s",
-			     error_message(err));
-		goto out;
-	}
-	err = nx_snap_delta(vol, p.parent_id, p.id, NX_DELTA_WANT_EXTENTS |
-			    (p.parent_id ? 0 : NX_DELTA_FULL), NULL, &delta,
-			    msg, sizeof(msg));
-	if (!err)
-		err = nx_send_view_reader(vol, p.parent_id, p.id, &rd);
-	if (err) {
-		nx_cli_error("%s", msg[0] ? msg : error_message(err));
-		goto out;
-	}
-	rc = write_stream(a, &delta, rd, &p);
-out:
-	nx_send_view_reader_free(rd);
-	nx_delta_free(&delta);
+	nx_volume_unlock(vol);		/* the send locks what it reads */
+	err = nx_send_snapshot(vol, a->parent ? info[0].id : 0, info[1].id,
+			       a->resume, &out, &st, msg, sizeof(msg));
+	rc = output_end(&o, err, msg);
+	if (!rc)
+		report(a, &st);
+	goto out;
+unlock:
 	nx_volume_unlock(vol);
+out:
 	nx_volume_close(vol);
 	return rc;
 }
@@ -314,6 +312,190 @@ static int mount_identity(int fd, const char *mnt, const char *name,
 	return 0;
 }
 
+/* ------------------------------------------------------------------ */
+/* The daemon's send (nxioctl.h, NX_IOC_SEND_START).                   */
+
+/* The daemon cannot (an older one, or the FIFO): read through the mount. */
+#define THROUGH_MOUNT	(-2)
+
+/* A FIFO in a directory of our own, open for reading. */
+struct fifo {
+	char dir[256];
+	char path[272];
+	int dirfd, fd;
+};
+
+static void fifo_remove(struct fifo *f)
+{
+	if (f->dirfd < 0)
+		return;
+	unlinkat(f->dirfd, "stream", 0);
+	close(f->dirfd);
+	rmdir(f->dir);
+	f->dirfd = -1;
+}
+
+/*
+ * Made with mkdtemp (mode 0700) in TMPDIR or /tmp, the FIFO 0600 in it,
+ * opened for reading before the daemon opens it for writing (else it
+ * could not: ENXIO).  Never on the mount itself (device MNT_DEV): the
+ * daemon would look the path up through itself, and with one thread
+ * (-s) wait for itself forever.  -1 with errno.
+ */
+static int fifo_make(struct fifo *f, dev_t mnt_dev)
+{
+	const char *tmp = getenv("TMPDIR");
+	struct stat st;
+	int e;
+
+	f->dirfd = f->fd = -1;
+	snprintf(f->dir, sizeof(f->dir), "%s/nextfs-send-XXXXXX",
+		 tmp && tmp[0] == '/' && strlen(tmp) < 200 ? tmp : "/tmp");
+	if (!mkdtemp(f->dir))
+		return -1;
+	snprintf(f->path, sizeof(f->path), "%s/stream", f->dir);
+	f->dirfd = open(f->dir, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (f->dirfd < 0) {
+		e = errno;
+		rmdir(f->dir);
+		errno = e;
+		return -1;
+	}
+	if (fstat(f->dirfd, &st) < 0 || st.st_uid != geteuid() ||
+	    (st.st_mode & 077))
+		errno = EPERM;		/* not the one mkdtemp made */
+	else if (st.st_dev == mnt_dev)
+		errno = EXDEV;
+	else if (mkfifoat(f->dirfd, "stream", 0600) == 0)
+		f->fd = openat(f->dirfd, "stream", O_RDONLY | O_NONBLOCK |
+			       O_NOFOLLOW | O_CLOEXEC);
+	if (f->fd < 0) {
+		e = errno;
+		fifo_remove(f);
+		errno = e;
+		return -1;
+	}
+	/* fewer, larger turns between the daemon and us (a hint) */
+	fcntl(f->fd, F_SETPIPE_SZ, 1 << 20);
+	return 0;
+}
+
+/* Everything from IN to O, until the end of the stream. */
+static errcode_t pump(int in, struct output *o)
+{
+	static char buf[1 << 16];
+	errcode_t err;
+	ssize_t n;
+
+	for (;;) {
+		if (o->fd >= 0 && !o->no_splice) {
+			/* the pages move from pipe to pipe (or file) */
+			n = splice(in, NULL, o->fd, NULL, 1 << 20,
+				   SPLICE_F_MOVE | SPLICE_F_MORE);
+			if (n < 0 && errno == EINVAL) {
+				o->no_splice = 1;
+				continue;
+			}
+		} else {
+			n = read(in, buf, sizeof(buf));
+			if (n > 0) {
+				err = output_write(o, buf, (size_t)n);
+				if (err)
+					return err;
+			}
+		}
+		if (n == 0)
+			return 0;
+		if (n < 0 && errno != EINTR)
+			return errno;
+	}
+}
+
+/* How the daemon's send H ended (it closes the FIFO just after). */
+static int send_status(int fd, uint64_t h, struct nx_ioc_send_status *st)
+{
+	int tries;
+
+	for (tries = 0; tries < 5000; tries++) {
+		memset(st, 0, sizeof(*st));
+		st->handle = h;
+		if (ioctl(fd, NX_IOC_SEND_STATUS, st) < 0)
+			return -1;
+		if (st->state == NX_IOC_SEND_DONE)
+			return 0;
+		usleep(1000);
+	}
+	errno = ETIMEDOUT;
+	return -1;
+}
+
+/*
+ * Snapshot ID (from PARENT_ID) of the mount at MNT, asked through FD:
+ * the daemon writes the stream into our FIFO.  0, NX_CLI_FAIL after a
+ * message, or THROUGH_MOUNT.
+ */
+static int daemon_send(const struct send_args *a, int fd, const char *mnt,
+		       uint32_t parent_id, uint32_t id)
+{
+	struct output o = { .path = a->out, .fd = -1 };
+	struct nx_ioc_send_start *q = calloc(1, sizeof(*q));
+	struct nx_ioc_send_status st;
+	struct nx_send_stats stats;
+	struct fifo f = { .dirfd = -1, .fd = -1 };
+	struct stat mst;
+	char msg[sizeof(st.msg) + 64] = "";
+	int rc = THROUGH_MOUNT;
+	errcode_t err;
+
+	if (!q || (a->resume && strlen(a->resume) >= sizeof(q->resume)) ||
+	    fstat(fd, &mst) || fifo_make(&f, mst.st_dev) ||
+	    strlen(f.path) >= sizeof(q->path))
+		goto out;
+	q->old_id = parent_id;
+	q->new_id = id;
+	snprintf(q->resume, sizeof(q->resume), "%s", a->resume ? a->resume :
+		 "");
+	snprintf(q->path, sizeof(q->path), "%s", f.path);
+	err = ioctl(fd, NX_IOC_SEND_START, q) < 0 ? errno : 0;
+	fifo_remove(&f);		/* the daemon has it open, or not */
+	if (err || (q->error && (q->flags & NX_IOC_SEND_PIPE)))
+		goto out;		/* older daemon, EPERM, the FIFO */
+	rc = NX_CLI_FAIL;
+	if (q->error) {
+		nx_cli_error("%s: %s", mnt, q->msg);
+		goto out;
+	}
+	fcntl(f.fd, F_SETFL, fcntl(f.fd, F_GETFL) & ~O_NONBLOCK);
+	err = pump(f.fd, &o);
+	if (err) {
+		snprintf(msg, sizeof(msg), "writing the stream: %s",
+			 error_message(err));
+	} else if (send_status(fd, q->handle, &st)) {
+		err = errno;
+		snprintf(msg, sizeof(msg), "%s: the send's outcome: %s", mnt,
+			 strerror(err));
+	} else {
+		err = st.error;
+		snprintf(msg, sizeof(msg), "%s", st.msg);
+	}
+	close(f.fd);
+	f.fd = -1;
+	rc = output_end(&o, err, msg);
+	if (!rc) {
+		stats.bytes = st.bytes;
+		stats.data_bytes = st.data_bytes;
+		stats.commands = st.commands;
+		stats.inodes = st.inodes;
+		report(a, &stats);
+	}
+out:
+	if (f.fd >= 0)
+		close(f.fd);
+	fifo_remove(&f);
+	free(q);
+	return rc;
+}
+
 static int send_mount(const struct send_args *a)
 {
 	struct mount_reader mr = { .rd = { mr_pread, mr_readlink, mr_xattrs },
@@ -354,6 +536,10 @@ static int send_mount(const struct send_args *a)
 	}
 	p.id = q[1].id;
 	p.parent_id = a->parent ? q[0].id : 0;
+	rc = daemon_send(a, mr.root[1], pl.mnt.path, p.parent_id, p.id);
+	if (rc != THROUGH_MOUNT)
+		goto out;
+	rc = NX_CLI_FAIL;
 	if (mount_identity(mr.root[1], pl.mnt.path, a->name, p.id, p.uuid,
 			   &p.ctransid) ||
 	    (p.parent_id && mount_identity(mr.root[1], pl.mnt.path, a->parent,
@@ -388,8 +574,11 @@ int nx_cmd_send(struct nx_cli_args *a)
 		.parent = a->val[NX_OPT_PARENT], .out = a->val[NX_OPT_OUTPUT],
 		.resume = a->val[NX_OPT_RESUME], .json = a->opt[NX_OPT_JSON],
 	};
+	struct output o = { .path = sa.out, .fd = -1 };
 	struct stat st;
 
+	if (output_check(&o))
+		return NX_CLI_FAIL;
 	if (stat(sa.source, &st) == 0 && S_ISDIR(st.st_mode))
 		return send_mount(&sa);
 	return send_image(&sa);

@@ -9,10 +9,14 @@
  * MNT/.snapshots/S/REL, oldest first, then the live tree.
  *
  * Distinct versions: two occurrences are the same version when type,
- * size and mtime agree and so does the content.  Content is read only
- * when it could differ: an unchanged inode keeps its ctime in every
- * snapshot (P1), so equal ctimes settle it without reading; otherwise the
- * data (symlink: target) is compared byte for byte.  Mode, owner and
+ * size and mtime agree and so does the content.  Content is compared
+ * only when it could differ: an unchanged inode keeps its ctime in every
+ * snapshot (P1), so equal ctimes settle it without reading; otherwise
+ * the daemon compares the two files by their block maps
+ * (NX_IOC_SAME_DATA: blocks that resolve to the same device block are
+ * equal unread, like the delta of "nextfs diff"), and for callers it
+ * does not answer (docs/security.md) the data is read through the mount
+ * and compared byte for byte (a symlink's target always is).  Mode, owner and
  * xattr changes alone are not new versions (they show as the attributes
  * of the version's first occurrence).  Inode numbers are not compared:
  * every snapshot view numbers its files differently by design (P14).  A
@@ -68,6 +72,8 @@ struct version {
 
 struct history {
 	struct nx_sp_place where;	/* PATH: its mount, held open */
+	int ctl;			/* its root, open for ioctls; -1 */
+	int walk;			/* the daemon does not compare for us */
 	char *rel;		/* "/a/b" ("" is the root), no snapshot view */
 	int in_view;		/* PATH named it inside a snapshot view */
 	struct nx_cli_snaps snaps;
@@ -111,11 +117,43 @@ static int same_time(const struct timespec *a, const struct timespec *b)
 	return a->tv_sec == b->tv_sec && a->tv_nsec == b->tv_nsec;
 }
 
+/* The tree of occurrence O: a snapshot id, 0 for the live tree. */
+static uint32_t tree_id(const struct history *h, const struct occ *o)
+{
+	return o->snap < 0 ? 0 : h->snaps.s[o->snap].id;
+}
+
+/*
+ * Do the regular files of occurrences A and B hold different bytes (1,
+ * 0; -1: unreadable)?  Asked of the daemon; read through the mount by
+ * those it does not answer (EPERM) and where it cannot (an older one).
+ */
+static int contents_differ(struct history *h, const struct occ *a,
+			   const struct occ *b)
+{
+	struct nx_ioc_same_data q;
+
+	if (h->ctl >= 0 && !h->walk) {
+		memset(&q, 0, sizeof(q));
+		q.id[0] = tree_id(h, a);
+		q.id[1] = tree_id(h, b);
+		q.st_ino[0] = a->st.st_ino;
+		q.st_ino[1] = b->st.st_ino;
+		if (ioctl(h->ctl, NX_IOC_SAME_DATA, &q) == 0)
+			return !q.same;
+		if (errno == EPERM || errno == ENOTTY)
+			h->walk = 1;	/* it will not: ask no more */
+	}
+	return nx_cli_files_differ(h->where.mnt.fd, a->rel, h->where.mnt.fd,
+				   b->rel);
+}
+
 /* Is occurrence O the version V (see the top of the file)? */
-static int is_version(int root, const struct occ *o,
+static int is_version(struct history *h, const struct occ *o,
 		      const struct version *v)
 {
 	const struct stat *a = &o->st, *b = &v->first->st;
+	int root = h->where.mnt.fd;
 
 	if ((a->st_mode & S_IFMT) != (b->st_mode & S_IFMT) ||
 	    a->st_size != b->st_size || !same_time(&a->st_mtim, &b->st_mtim))
@@ -124,7 +162,7 @@ static int is_version(int root, const struct occ *o,
 		return 1;
 	/* unreadable (-1) counts as another version */
 	if (S_ISREG(a->st_mode))
-		return !nx_cli_files_differ(root, o->rel, root, v->first->rel);
+		return !contents_differ(h, o, v->first);
 	if (S_ISLNK(a->st_mode))
 		return !nx_cli_links_differ(root, o->rel, root, v->first->rel);
 	return a->st_rdev == b->st_rdev;
@@ -136,7 +174,7 @@ static int add_occurrence(struct history *h, struct occ *o)
 	int i;
 
 	for (i = 0; i < h->nv; i++)
-		if (is_version(h->where.mnt.fd, o, &h->v[i]))
+		if (is_version(h, o, &h->v[i]))
 			break;
 	v = &h->v[i];
 	if (i == h->nv) {
@@ -165,6 +203,8 @@ static void history_free(struct history *h)
 	free(h->occ);
 	free(h->v);
 	free(h->rel);
+	if (h->ctl >= 0)
+		close(h->ctl);
 	nx_sp_place_free(&h->where);
 	nx_cli_snaps_free(&h->snaps);
 }
@@ -215,11 +255,14 @@ static int history_get(const char *path, struct history *h)
 
 	memset(h, 0, sizeof(*h));
 	h->where.mnt.fd = h->where.dirfd = -1;
+	h->ctl = -1;
 	if (nx_sp_locate(path, NX_SP_FUSE, &h->where)) {
 		path_error("", path, errno);
 		return NX_CLI_FAIL;
 	}
 	root = h->where.mnt.fd;
+	/* the root itself, reopened: no name is looked up */
+	h->ctl = openat(root, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	h->rel = strdup(h->where.rel);
 	if (!h->rel)
 		goto nomem;

@@ -6,6 +6,9 @@
  * long as the offline diff of the image takes); its encoded result is
  * kept in a session that the tool reads in chunks.
  *
+ * NX_IOC_SAME_DATA answers "nextfs versions" the same way for one file
+ * in two trees: from the block maps, bytes read only where they differ.
+ *
  * Who may: root (after -o fakeroot) and the user who mounted the volume
  * (who opened its image and can read every byte of it anyway).  Anyone
  * else gets EPERM and walks the trees through the mount, where the
@@ -16,6 +19,7 @@
 #include "fuse_internal.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -43,15 +47,15 @@ static void session_drop(struct delta_session *s)
 	memset(s, 0, sizeof(*s));
 }
 
-/* A handle nobody can guess (never 0). */
-static uint64_t new_handle(void)
+uint64_t nx_fuse_new_handle(void)
 {
+	static atomic_ulong clock;
 	uint64_t h = 0;
 
 	while (!h)
 		if (getrandom(&h, sizeof(h), 0) != sizeof(h))
 			h = ((uint64_t)rand() << 32) ^ (uint64_t)rand() ^
-			    ++session_clock;
+			    atomic_fetch_add(&clock, 1);
 	return h;
 }
 
@@ -71,7 +75,7 @@ static uint64_t session_keep(uid_t uid, char *buf, size_t len)
 			s = &sessions[i];
 	}
 	session_drop(s);		/* the oldest, if none is free */
-	s->handle = new_handle();
+	s->handle = nx_fuse_new_handle();
 	s->uid = uid;
 	s->age = ++session_clock;
 	s->buf = buf;
@@ -80,14 +84,25 @@ static uint64_t session_keep(uid_t uid, char *buf, size_t len)
 	return s->handle;
 }
 
-static int caller_may(fuse_req_t req, const struct nx_cred *cred)
+/*
+ * The argument of an ioctl only the volume's owner may make (Who may,
+ * above): IN (IN_SIZE bytes) into Q (SIZE bytes, the reply's size too).
+ */
+static errcode_t owner_ioctl_in(fuse_req_t req, void *q, size_t size,
+				const void *in, size_t in_size,
+				size_t out_size)
 {
-	return nx_cred_is_root(cred) || fuse_req_ctx(req)->uid == getuid();
+	if (in_size < size || out_size < size)
+		return EINVAL;
+	if (!nx_fuse_volume_owner_asks(req))
+		return EPERM;
+	memcpy(q, in, size);
+	return 0;
 }
 
 errcode_t nx_fuse_delta_start(fuse_req_t req, struct nx_fuse *live,
-			      const struct nx_cred *cred, const void *in,
-			      size_t in_size, void *out, size_t *out_size)
+			      const void *in, size_t in_size, void *out,
+			      size_t *out_size)
 {
 	struct nx_ioc_delta_start q;
 	struct nx_delta delta;
@@ -96,11 +111,9 @@ errcode_t nx_fuse_delta_start(fuse_req_t req, struct nx_fuse *live,
 	size_t len = 0;
 	errcode_t err;
 
-	if (in_size < sizeof(q) || *out_size < sizeof(q))
-		return EINVAL;
-	if (!caller_may(req, cred))
-		return EPERM;
-	memcpy(&q, in, sizeof(q));
+	err = owner_ioctl_in(req, &q, sizeof(q), in, in_size, *out_size);
+	if (err)
+		return err;
 	if (q.flags & ~(NX_IOC_DELTA_FULL | NX_IOC_DELTA_EXTENTS))
 		return EINVAL;
 	if (q.flags & NX_IOC_DELTA_FULL)
@@ -125,6 +138,37 @@ errcode_t nx_fuse_delta_start(fuse_req_t req, struct nx_fuse *live,
 		return ENOMEM;
 	q.handle = session_keep(fuse_req_ctx(req)->uid, buf, len);
 	q.size = len;
+	memcpy(out, &q, sizeof(q));
+	*out_size = sizeof(q);
+	return 0;
+}
+
+errcode_t nx_fuse_same_data(fuse_req_t req, struct nx_fuse *live,
+			    const void *in, size_t in_size, void *out,
+			    size_t *out_size)
+{
+	struct nx_ioc_same_data q;
+	ext2_ino_t ino[2];
+	char msg[256];
+	int s, same = 0;
+	errcode_t err;
+
+	err = owner_ioctl_in(req, &q, sizeof(q), in, in_size, *out_size);
+	if (err)
+		return err;
+	for (s = 0; s < 2; s++) {
+		if (q.id[s] && (!live->vol->snap ||
+				nx_snap_find_id(live->vol, q.id[s], NULL)))
+			return ENOENT;
+		ino[s] = nx_fuse_ext_ino(live, q.id[s], q.st_ino[s]);
+		if (!ino[s])
+			return EINVAL;
+	}
+	err = nx_snap_same_data(live->vol, q.id, ino, &same, msg, sizeof(msg));
+	if (err)
+		return err == EINVAL || err == ENOENT ? err : EIO;
+	q.same = (uint32_t)same;
+	q.pad = 0;
 	memcpy(out, &q, sizeof(q));
 	*out_size = sizeof(q);
 	return 0;

@@ -6,6 +6,7 @@
 #ifndef NEXTFS_FUSE_INTERNAL_H
 #define NEXTFS_FUSE_INTERNAL_H
 
+#include <unistd.h>
 #include "nextfs/fuse_ops.h"
 #include "nextfs/perm.h"
 #include "nextfs/volume.h"
@@ -49,6 +50,21 @@ static inline void get_cred(fuse_req_t req, struct nx_cred *cred)
 	if (n > 0)
 		cred->ngroups = n < NX_MAX_GROUPS ? n : NX_MAX_GROUPS;
 	nx_idmap_cred(&live->idmap, cred);
+}
+
+/*
+ * Who may ask the daemon for what reads past the permissions of single
+ * files (the whole superblock, the delta of two trees, a send) or
+ * rewrites any of them (a receive): root (after -o fakeroot's mapping)
+ * and the user who mounted the volume, who opened its image and can
+ * read and write every byte of it anyway (docs/security.md).
+ */
+static inline int nx_fuse_volume_owner_asks(fuse_req_t req)
+{
+	struct nx_cred cred;
+
+	get_cred(req, &cred);
+	return nx_cred_is_root(&cred) || fuse_req_ctx(req)->uid == getuid();
 }
 
 /*
@@ -114,14 +130,20 @@ void nx_fuse_reply_planned(fuse_req_t req, char *buf, size_t got,
  * Anything else is ENOTTY.
  */
 /*
- * delta_ops.c: NX_IOC_DELTA_START (live volume locked) and
- * NX_IOC_DELTA_READ (replies itself; no volume lock needed).
+ * delta_ops.c: NX_IOC_DELTA_START and NX_IOC_SAME_DATA (live volume
+ * locked), and NX_IOC_DELTA_READ (replies itself; no volume lock
+ * needed).
  */
 errcode_t nx_fuse_delta_start(fuse_req_t req, struct nx_fuse *live,
-			      const struct nx_cred *cred, const void *in,
-			      size_t in_size, void *out, size_t *out_size);
+			      const void *in, size_t in_size, void *out,
+			      size_t *out_size);
+errcode_t nx_fuse_same_data(fuse_req_t req, struct nx_fuse *live,
+			    const void *in, size_t in_size, void *out,
+			    size_t *out_size);
 void nx_fuse_delta_read(fuse_req_t req, const void *in, size_t in_size,
 			size_t out_bufsz);
+/* A handle of a session or a send that nobody can guess (never 0). */
+uint64_t nx_fuse_new_handle(void);
 
 /* defrag_ioctl.c: NX_IOC_DEFRAG (replies itself; locks in steps). */
 void nx_fuse_defrag(fuse_req_t req, fuse_ino_t nodeid, const void *in,
@@ -130,6 +152,26 @@ void nx_fuse_defrag(fuse_req_t req, fuse_ino_t nodeid, const void *in,
 void nx_fuse_ioctl(fuse_req_t req, fuse_ino_t nodeid, unsigned int cmd,
 		   void *arg, struct fuse_file_info *fi, unsigned flags,
 		   const void *in_buf, size_t in_bufsz, size_t out_bufsz);
+
+/*
+ * send_ops.c: NX_IOC_SEND_START and NX_IOC_SEND_STATUS (nxioctl.h), which
+ * reply themselves and need no volume lock (the send's worker takes it
+ * per piece).  nx_fuse_send_shutdown(): at unmount, before the volume
+ * closes, stop every send still running and wait for its worker.
+ */
+void nx_fuse_send_start(fuse_req_t req, const void *in, size_t in_size,
+			size_t out_bufsz);
+void nx_fuse_send_status(fuse_req_t req, const void *in, size_t in_size,
+			 size_t out_bufsz);
+void nx_fuse_send_shutdown(void);
+
+/*
+ * snap_ops.c: the ext inode number of what tree ID (0: the live tree)
+ * shows as ST_INO - the inverse of nx_fuse_st_ino() and
+ * nx_fuse_snap_st_ino(); 0 if it cannot be one.
+ */
+ext2_ino_t nx_fuse_ext_ino(const struct nx_fuse *live, uint32_t id,
+			   uint64_t st_ino);
 
 /*
  * recv_ioctl.c: the NX_IOC_RECV_* ioctls ("nextfs receive" into the

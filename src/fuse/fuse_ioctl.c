@@ -284,16 +284,6 @@ static void public_super(const struct ext2_super_block *sb,
 	       sizeof(out->s_volume_name));
 }
 
-/*
- * Who sees the whole superblock: root (after -o fakeroot's mapping: the
- * mounting user acting as the volume's root) and the user who mounted
- * the volume, who opened its image and can read all of it anyway.
- */
-static int sees_whole_super(fuse_req_t req, const struct nx_cred *cred)
-{
-	return nx_cred_is_root(cred) || fuse_req_ctx(req)->uid == getuid();
-}
-
 /* NX_IOC_GET_VOLINFO: the live superblock as it is in memory now. */
 static errcode_t ioctl_get_volinfo(struct nx_fuse *live, int whole,
 				   void *out, size_t *out_size)
@@ -333,6 +323,7 @@ void nx_fuse_ioctl(fuse_req_t req, fuse_ino_t nodeid, unsigned int cmd,
 		struct nx_ioc_snap_identity ident;
 		struct nx_ioc_volinfo vol;
 		struct nx_ioc_delta_start delta;
+		struct nx_ioc_same_data same;
 	} out;
 	size_t out_size = out_bufsz < sizeof(out) ? out_bufsz : sizeof(out);
 	struct nx_cred cred;
@@ -352,6 +343,14 @@ void nx_fuse_ioctl(fuse_req_t req, fuse_ino_t nodeid, unsigned int cmd,
 	}
 	if (cmd == NX_IOC_DEFRAG) {	/* locks in steps (defrag_ioctl.c) */
 		nx_fuse_defrag(req, nodeid, in_buf, in_bufsz, out_bufsz);
+		return;
+	}
+	if (cmd == NX_IOC_SEND_START) {	/* the worker locks per piece */
+		nx_fuse_send_start(req, in_buf, in_bufsz, out_bufsz);
+		return;
+	}
+	if (cmd == NX_IOC_SEND_STATUS) {
+		nx_fuse_send_status(req, in_buf, in_bufsz, out_bufsz);
 		return;
 	}
 	if (nx_fuse_recv_ioctl(req, nodeid, cmd, in_buf, in_bufsz, out_bufsz))
@@ -386,12 +385,17 @@ void nx_fuse_ioctl(fuse_req_t req, fuse_ino_t nodeid, unsigned int cmd,
 					  &out_size);
 		break;
 	case NX_IOC_GET_VOLINFO:
-		err = ioctl_get_volinfo(live, sees_whole_super(req, &cred),
+		/* all of it: to those who may read the image anyway */
+		err = ioctl_get_volinfo(live, nx_fuse_volume_owner_asks(req),
 					&out, &out_size);
 		break;
 	case NX_IOC_DELTA_START:
-		err = nx_fuse_delta_start(req, live, &cred, in_buf, in_bufsz,
-					  &out, &out_size);
+		err = nx_fuse_delta_start(req, live, in_buf, in_bufsz, &out,
+					  &out_size);
+		break;
+	case NX_IOC_SAME_DATA:
+		err = nx_fuse_same_data(req, live, in_buf, in_bufsz, &out,
+					&out_size);
 		break;
 	default:
 		err = ENOTTY;

@@ -253,6 +253,7 @@ static void nx_op_destroy(void *userdata)
 
 	if (!fs->vol)
 		return;
+	nx_fuse_send_shutdown();	/* sends still running stop */
 	nx_fuse_recv_shutdown(fs);	/* a receive still running stops */
 	nx_volume_lock(fs->vol);
 	err = nx_nodes_release_all(fs->nodes, fs->vol);

@@ -133,19 +133,6 @@ static int alive(pid_t pid)
 	return pid > 0 && (kill(pid, 0) == 0 || errno == EPERM);
 }
 
-/*
- * Who may receive: a receive rewrites any file of the tree, so root
- * (after -o fakeroot's mapping) and the user who mounted the volume,
- * who can write its image anyway (docs/security.md).
- */
-static int may_receive(fuse_req_t req)
-{
-	struct nx_cred cred;
-
-	get_cred(req, &cred);
-	return nx_cred_is_root(&cred) || fuse_req_ctx(req)->uid == getuid();
-}
-
 static void begin(fuse_req_t req, struct nx_fuse *live,
 		  const struct nx_ioc_recv_begin *in)
 {
@@ -289,7 +276,7 @@ int nx_fuse_recv_ioctl(fuse_req_t req, fuse_ino_t nodeid, unsigned int cmd,
 		fuse_reply_err(req, req_fs(req) != live ? EROFS : ENOTTY);
 	else if (nx_volume_rdonly(live->vol))
 		fuse_reply_err(req, EROFS);
-	else if (!may_receive(req))
+	else if (!nx_fuse_volume_owner_asks(req))	/* it rewrites any file */
 		fuse_reply_err(req, EPERM);
 	else if (in_size < need || (cmd != NX_IOC_RECV_DATA &&
 				    cmd != NX_IOC_RECV_END &&

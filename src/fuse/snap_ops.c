@@ -440,6 +440,18 @@ uint64_t nx_fuse_snap_st_ino(const struct nx_fuse *live, uint32_t id,
 	return nx_fuse_st_ino(&view, ino);
 }
 
+ext2_ino_t nx_fuse_ext_ino(const struct nx_fuse *live, uint32_t id,
+			   uint64_t st_ino)
+{
+	uint64_t ino = st_ino - (id ? view_ino_base(live, id) : live->ino_base);
+
+	if (live->ino32)
+		ino &= 0xffffffffULL;
+	if (!ino || ino > live->vol->fs->super->s_inodes_count)
+		return 0;
+	return (ext2_ino_t)ino;
+}
+
 void nx_fuse_list_snapshots(fuse_req_t req, size_t size, off_t off, int plus,
 			    const struct nx_snap_listing *how)
 {

@@ -400,7 +400,7 @@ out:
 }
 
 /* Inline data has no block map: compare the bytes (at most an inode's). */
-static int inline_content_differs(struct differ *d, ext2_ino_t ino,
+static int inline_content_differs(struct differ *d, const ext2_ino_t ino[2],
 				  uint64_t size)
 {
 	ext2_file_t f[2] = { NULL, NULL };
@@ -409,7 +409,7 @@ static int inline_content_differs(struct differ *d, ext2_ino_t ino,
 	int s, differs = 1;
 
 	for (s = 0; s < 2; s++)
-		if (ext2fs_file_open(d->side[s].fs, ino, 0, &f[s]))
+		if (ext2fs_file_open(d->side[s].fs, ino[s], 0, &f[s]))
 			goto out;
 	for (lb = 0; lb < nblocks; lb++)
 		if (block_content_differs(d, f, lb, size))
@@ -445,13 +445,14 @@ static uint64_t blocks_of(struct differ *d, uint64_t size)
 }
 
 /*
- * The data of a regular file on both sides (IN): does a byte differ
- * (*DIFFERS), compared only where the mappings differ?  With WANT_EXT
- * every logical block whose mapping differs (a hole on one side
- * included) becomes an extent of DI; without, it stops at the first
- * difference.
+ * The data of regular files INO[0] on side 0 and INO[1] on side 1 (IN):
+ * does a byte differ (*DIFFERS), compared only where the mappings
+ * differ?  With WANT_EXT every logical block whose mapping differs (a
+ * hole on one side included) becomes an extent of DI; without (DI may
+ * be NULL), it stops at the first difference.
  */
-static errcode_t compare_data(struct differ *d, struct nx_delta_inode *di,
+static errcode_t compare_data(struct differ *d, const ext2_ino_t ino[2],
+			      struct nx_delta_inode *di,
 			      const struct ext2_inode_large in[2],
 			      int want_ext, int *differs)
 {
@@ -468,14 +469,14 @@ static errcode_t compare_data(struct differ *d, struct nx_delta_inode *di,
 	*differs = size[0] != size[1];
 	if ((in[0].i_flags | in[1].i_flags) & EXT4_INLINE_DATA_FL) {
 		if (!*differs)
-			*differs = inline_content_differs(d, di->ino, common);
+			*differs = inline_content_differs(d, ino, common);
 		return want_ext ? nx_delta_add_extent(di, 0,
 						      blocks_of(d, size[1])) : 0;
 	}
 	for (s = 0; s < 2 && !err; s++) {
-		err = read_map(d, s, di->ino, &v[s]);
+		err = read_map(d, s, ino[s], &v[s]);
 		if (!err)
-			err = ext2fs_file_open(d->side[s].fs, di->ino, 0, &f[s]);
+			err = ext2fs_file_open(d->side[s].fs, ino[s], 0, &f[s]);
 	}
 	/* Walk both maps (sorted by logical block) together. */
 	for (lb = 0; lb < nblocks && !err;) {
@@ -749,7 +750,9 @@ static errcode_t compare_file(struct nx_delta_source *src,
 	if (LINUX_S_ISLNK(in[0].i_mode) && symlink_differs(d, di->ino))
 		di->what |= NX_DELTA_DATA;
 	if (LINUX_S_ISREG(in[0].i_mode)) {
-		err = compare_data(d, di, in, want_ext, &differs);
+		const ext2_ino_t ino[2] = { di->ino, di->ino };
+
+		err = compare_data(d, ino, di, in, want_ext, &differs);
 		if (err)
 			return err;
 		if (differs)
@@ -881,6 +884,45 @@ errcode_t nx_snap_delta(struct nx_volume *vol, uint32_t old_id,
 		snprintf(msg, msglen, "comparing failed: %s",
 			 error_message(err));
 	teardown(&d);
+	return err;
+}
+
+errcode_t nx_snap_same_data(struct nx_volume *vol, const uint32_t id[2],
+			    const ext2_ino_t ino[2], int *same, char *msg,
+			    size_t msglen)
+{
+	struct ext2_inode_large in[2];
+	struct differ d = { 0 };
+	errcode_t err = 0;
+	int s, differs = 1;
+
+	*same = 0;
+	snprintf(msg, msglen, "%s", "");
+	d.vol = vol;
+	d.store = vol->snap;
+	if (!d.store && (id[0] || id[1])) {
+		snprintf(msg, msglen, "the volume has no snapshot store");
+		return ENOENT;
+	}
+	for (s = 0; s < 2 && !err; s++) {
+		err = open_side(&d, s, id[s], msg, msglen);
+		if (err)
+			break;
+		memset(&in[s], 0, sizeof(in[s]));
+		if (!ino[s] || ino[s] > vol->fs->super->s_inodes_count ||
+		    ext2fs_read_inode_full(d.side[s].fs, ino[s],
+					   (struct ext2_inode *)&in[s],
+					   sizeof(in[s])) ||
+		    !in[s].i_links_count || !LINUX_S_ISREG(in[s].i_mode)) {
+			snprintf(msg, msglen, "inode %u is not a file there",
+				 ino[s]);
+			err = EINVAL;
+		}
+	}
+	if (!err)
+		err = compare_data(&d, ino, NULL, in, 0, &differs);
+	if (!err)
+		*same = !differs;
 	return err;
 }
 

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <et/com_err.h>
+#include "nextfs/blkio.h"
 #include "nextfs/grow.h"
 #include "nextfs/send.h"
 #include "nextfs/sendstream.h"
@@ -107,6 +108,21 @@ static errcode_t fail(struct sender *s, errcode_t err, const char *what,
 
 static errcode_t begin_stream(struct sender *s, struct nx_ss_enc *e);
 
+/* The complete commands of E to where the stream goes (send.h). */
+static errcode_t flush_out(struct sender *s, struct nx_ss_enc *e)
+{
+	const struct nx_send_out *o = &s->p->out;
+	size_t n = e->in_cmd ? e->cmd_start : e->len;
+	errcode_t err;
+
+	if (!o->write)
+		return nx_ss_enc_flush(e, o->fd);
+	err = n ? o->write(o->priv, e->buf, n) : 0;
+	if (!err)
+		nx_ss_enc_consume(e, n);
+	return err;
+}
+
 /*
  * Resuming (p->resume): the stream is made as always, and its commands
  * before the token's are dropped; at that command the token's offset and
@@ -131,7 +147,7 @@ static errcode_t resume_here(struct sender *s)
 	if (!err)
 		err = nx_ss_enc_resume(&b, t->index, t->offset, t->hash);
 	if (!err)
-		err = nx_ss_enc_flush(&b, s->p->fd);
+		err = flush_out(s, &b);
 	nx_ss_enc_free(&b);
 	s->skipping = 0;
 	return err;
@@ -149,7 +165,7 @@ static errcode_t end_cmd(struct sender *s)
 		return 0;
 	}
 	if (!err && s->enc.len >= SEND_FLUSH)
-		err = nx_ss_enc_flush(&s->enc, s->p->fd);
+		err = flush_out(s, &s->enc);
 	return err;
 }
 
@@ -497,23 +513,40 @@ static errcode_t send_range(struct sender *s, const struct nx_delta_inode *d,
 	return err;
 }
 
+/*
+ * Range K (from 0) of the new file D's data that goes into the stream:
+ * [*OFF, *END), clipped to its size; 0 after the last.  Without extents
+ * (or a block size), all of it.
+ */
+static int data_range(const struct nx_delta_inode *d, uint64_t bs, size_t k,
+		      uint64_t *off, uint64_t *end)
+{
+	uint64_t size = d->attr[1].size;
+
+	if (!d->extents_known || !bs) {
+		*off = 0;
+		*end = size;
+		return k == 0;
+	}
+	if (k >= d->next || d->ext[k].lblk * bs >= size)
+		return 0;
+	*off = d->ext[k].lblk * bs;
+	*end = (d->ext[k].lblk + d->ext[k].count) * bs;
+	if (*end > size)
+		*end = size;
+	return 1;
+}
+
 static errcode_t send_data(struct sender *s, const struct nx_delta_inode *d,
 			   int created)
 {
-	uint64_t size = d->attr[1].size, bs = s->delta->blocksize;
+	uint64_t off, end;
 	errcode_t err = 0;
-	size_t e;
+	size_t k;
 
-	if (!d->extents_known || !bs)
-		return send_range(s, d, 0, size, created);
-	for (e = 0; e < d->next && !err; e++) {
-		uint64_t off = d->ext[e].lblk * bs;
-		uint64_t end = (d->ext[e].lblk + d->ext[e].count) * bs;
-
-		if (off >= size)
-			break;
-		err = send_range(s, d, off, end < size ? end : size, created);
-	}
+	for (k = 0; !err && data_range(d, s->delta->blocksize, k, &off, &end);
+	     k++)
+		err = send_range(s, d, off, end, created);
 	return err;
 }
 
@@ -581,6 +614,28 @@ out:
 	return err;
 }
 
+/* Is the new file D's content (its size, maybe data) sent? */
+static int content_changed(const struct nx_delta_inode *d)
+{
+	return S_ISREG(d->attr[1].mode) &&
+	       ((d->what & (NX_DELTA_NEW | NX_DELTA_DATA)) || d->next ||
+		d->attr[0].size != d->attr[1].size);
+}
+
+/* ... and its data (a size change alone is a truncate)? */
+static int data_sent(const struct nx_delta_inode *d)
+{
+	return content_changed(d) &&
+	       ((d->what & (NX_DELTA_NEW | NX_DELTA_DATA)) || d->extents_known);
+}
+
+/* Does inode I, on the new side, go through send_inode()? */
+static int inode_sent(const struct sender *s, size_t i)
+{
+	return s->primary[i] && (s->delta->v[i].what ||
+				 s->delta->v[i].ino != EXT2_ROOT_INO);
+}
+
 /* Everything but the times of inode D, which is on the new side. */
 static errcode_t send_inode(struct sender *s, const struct nx_delta_inode *d)
 {
@@ -590,15 +645,10 @@ static errcode_t send_inode(struct sender *s, const struct nx_delta_inode *d)
 	errcode_t err = 0;
 
 	s->st->inodes++;
-	if (S_ISREG(b->mode) && (created || d->next || a->size != b->size ||
-				 (d->what & NX_DELTA_DATA))) {
-		if (created ? b->size != 0 : a->size != b->size)
-			err = cmd_u64(s, NX_SS_C_TRUNCATE, path, NX_SS_A_SIZE,
-				      b->size);
-		if (!err && (created || d->extents_known ||
-			     (d->what & NX_DELTA_DATA)))
-			err = send_data(s, d, created);
-	}
+	if (content_changed(d) && (created ? b->size != 0 : a->size != b->size))
+		err = cmd_u64(s, NX_SS_C_TRUNCATE, path, NX_SS_A_SIZE, b->size);
+	if (!err && data_sent(d))
+		err = send_data(s, d, created);
 	if (!err && (created || (d->what & NX_DELTA_XATTR)))
 		err = send_xattrs(s, d, created);
 	if (!err && (created || a->uid != b->uid || a->gid != b->gid))
@@ -609,6 +659,45 @@ static errcode_t send_inode(struct sender *s, const struct nx_delta_inode *d)
 	     a->gid != b->gid))
 		err = cmd_u64(s, NX_SS_C_CHMOD, path, NX_SS_A_MODE,
 			      b->mode & 07777);
+	return err;
+}
+
+/*
+ * Tell the reader every read of file data send_inode() is about to make,
+ * in order (send_range reads each range in SEND_READ pieces), so that it
+ * can read ahead.
+ */
+static errcode_t plan_reads(struct sender *s)
+{
+	const struct nx_delta *delta = s->delta;
+	struct nx_send_read *v = NULL;
+	size_t n = 0, cap = 0, i, k;
+	uint64_t off, end, want;
+	errcode_t err = 0;
+
+	for (i = 0; i < delta->n && !err; i++) {
+		const struct nx_delta_inode *d = &delta->v[i];
+
+		if (!inode_sent(s, i) || !data_sent(d))
+			continue;
+		for (k = 0; !err && data_range(d, delta->blocksize, k, &off,
+					       &end); k++)
+			for (; off < end && !err; off += want) {
+				want = end - off < SEND_READ ? end - off :
+				       SEND_READ;
+				err = nx_grow((void **)&v, &cap, n, sizeof(*v),
+					      256);
+				if (err)
+					break;
+				v[n].ino = d->ino;
+				v[n].len = (uint32_t)want;
+				v[n].off = off;
+				n++;
+			}
+	}
+	if (!err && n)
+		s->rd->plan(s->rd, v, n);
+	free(v);
 	return err;
 }
 
@@ -648,9 +737,10 @@ static errcode_t send_all(struct sender *s)
 		err = drop_names(s);
 	if (!err)
 		err = make_names(s);
+	if (!err && s->rd->plan)
+		err = plan_reads(s);
 	for (i = 0; i < delta->n && !err; i++)
-		if (s->primary[i] && (delta->v[i].what ||
-				      delta->v[i].ino != EXT2_ROOT_INO))
+		if (inode_sent(s, i))
 			err = send_inode(s, &delta->v[i]);
 	for (i = 0; i < s->ndead && !err; i++)
 		err = cmd_path(s, NX_SS_C_RMDIR, s->dead[i]);
@@ -669,7 +759,7 @@ static errcode_t send_all(struct sender *s)
 		err = EINVAL;
 	}
 	if (!err)
-		err = nx_ss_enc_flush(&s->enc, s->p->fd);
+		err = flush_out(s, &s->enc);
 	return err;
 }
 
@@ -690,7 +780,9 @@ errcode_t nx_send_stream(const struct nx_delta *delta,
 	s.skipping = p->resume && p->resume->index > 0;
 	s.orphan = calloc(delta->n + 1, sizeof(*s.orphan));
 	s.primary = calloc(delta->n + 1, sizeof(*s.primary));
-	s.buf = malloc(SEND_READ);
+	/* aligned: large reads of file data may bypass the page cache */
+	if (posix_memalign((void **)&s.buf, NX_BLKIO_DIRECT_ALIGN, SEND_READ))
+		s.buf = NULL;
 	if (s.orphan && s.primary && s.buf)
 		err = send_all(&s);
 	stats->bytes = s.enc.offset;
@@ -707,6 +799,34 @@ errcode_t nx_send_stream(const struct nx_delta *delta,
 	free(s.buf);
 	nx_ss_enc_free(&s.enc);
 	return err;
+}
+
+/* ------------------------------------------------------------------ */
+
+errcode_t nx_send_resume_from(struct nx_send_params *p, const char *text,
+			      const char *parent, struct nx_ss_token *t,
+			      char *msg, size_t msglen)
+{
+	static const unsigned char none[NX_SS_UUID_LEN];
+
+	if (nx_ss_token_decode(text, t)) {
+		snprintf(msg, msglen, "not a resume token: %s", text);
+		return EINVAL;
+	}
+	/* only the stream of the pair it names: their identities */
+	if (t->version != NX_SS_VERSION_1 || t->ctransid != p->ctransid ||
+	    memcmp(t->uuid, p->uuid, NX_SS_UUID_LEN) ||
+	    t->parent_ctransid != (p->parent_id ? p->parent_ctransid : 0) ||
+	    memcmp(t->parent_uuid, p->parent_id ? p->parent_uuid : none,
+		   NX_SS_UUID_LEN)) {
+		snprintf(msg, msglen, "the resume token is for another stream "
+			 "than %s%s%s of this volume",
+			 p->parent_id ? parent : "",
+			 p->parent_id ? " -> " : "", p->name);
+		return EINVAL;
+	}
+	p->resume = t;
+	return 0;
 }
 
 /* ------------------------------------------------------------------ */

@@ -6,8 +6,8 @@ the nextfs tool on paths through it.  Nothing the user does to the paths
 may make root write (or read) outside the mount:
 - versions --restore while the user swaps a directory of the path for a
   symbolic link to a root-only directory (RENAME_EXCHANGE from an
-  inotify watch that fires when root opens the file to compare it): no
-  file appears in the root-only directory;
+  inotify watch that fires when root opens its copy in the directory):
+  no file appears in the root-only directory;
 - a directory that was a symbolic link when a snapshot was taken is not
   followed out of the snapshot: restore refuses, the host file is not
   copied, versions does not show it;
@@ -21,6 +21,9 @@ may make root write (or read) outside the mount:
 - an image named through the user's link to root's image is refused by
   every offline command and by nextfs-fuse, and left byte-identical;
   root's own link names the same volume as the image's real path.
+Root's versions has the daemon compare the files (by their block
+maps, reading nothing through the mount); nobody may not ask it, reads
+through the mount instead and lists the same versions.
 And nextfs diff lists trees 2000 directories deep (paths far longer than
 PATH_MAX) completely, with full names, on the mount and offline alike;
 an error (a file it cannot read, an output it cannot write) is a
@@ -30,6 +33,7 @@ Runs once (no flavour): ext4 images, as root.
 """
 
 import ctypes
+import errno
 import fcntl
 import os
 import select
@@ -48,6 +52,12 @@ IN_CLOEXEC = 0o2000000
 DEPTH = 2000
 # nxioctl.h: _IOWR('N', 0xF0, struct nx_ioc_delta_start)
 NX_IOC_DELTA_START = (3 << 30) | (32 << 16) | (ord('N') << 8) | 0xF0
+# _IOWR('N', 0xEC, struct nx_ioc_same_data)
+NX_IOC_SAME_DATA = (3 << 30) | (32 << 16) | (ord('N') << 8) | 0xEC
+# _IOWR('N', 0xEA, struct nx_ioc_send_start): 4760 bytes
+SEND_START = struct.Struct('IIIIQ128s4096s512s')
+NX_IOC_SEND_START = ((3 << 30) | (SEND_START.size << 16) | (ord('N') << 8) |
+                     0xEA)
 
 
 def tool(*args, user=None, stdout=subprocess.PIPE):
@@ -76,9 +86,10 @@ def snap(m, name):
 
 
 class Swapper:
-    """As nobody: when root opens WATCHED/NAME, exchange WATCHED (or SWAP)
-    with the symbolic link LINK (RENAME_EXCHANGE), so that the path root
-    resolved names the link from then on."""
+    """As nobody: when root opens WATCHED/NAME (NAME ending in '*': a name
+    that starts so), exchange WATCHED (or SWAP) with the symbolic link
+    LINK (RENAME_EXCHANGE), so that the path root resolved names the link
+    from then on."""
 
     def __init__(self, watched, name, link, swap=None):
         r, w = os.pipe()
@@ -113,7 +124,9 @@ class Swapper:
                 _, mask, _, n = struct.unpack_from('iIII', buf, off)
                 ev = buf[off + 16:off + 16 + n].rstrip(b'\0')
                 off += 16 + n
-                if mask & IN_OPEN and ev == os.fsencode(name):
+                want = os.fsencode(name)
+                if mask & IN_OPEN and (ev == want or want.endswith(b'*')
+                                       and ev.startswith(want[:-1])):
                     nx.renameat2(swap, link, nx.RENAME_EXCHANGE)
                     os.write(w, b's')
                     return 0
@@ -221,10 +234,11 @@ class PathSafetyTest(nx.NxTestCase):
                 os.symlink(self.rootonly, m.p('u', 'x'))
             self.as_nobody(setup)
             snap(m, 's1')
-            # a chmod: same size and mtime, another ctime, so root opens
-            # the live file to compare it with s1's
+            # a chmod: same size and mtime, another ctime, so root has
+            # the daemon compare the live file with s1's; the swap comes
+            # when root opens its copy in the directory it resolved
             self.as_nobody(os.chmod, f, 0o640)
-            sw = Swapper(d, 'f', m.p('u', 'x'))
+            sw = Swapper(d, '.nextfs-restore.*', m.p('u', 'x'))
             self.assertTrue(sw.ready, 'no inotify watch')
             rc, _, err = tool('versions', f, '--restore', 's1')
             self.assertTrue(sw.swapped(), 'the swap did not happen: ' + err)
@@ -589,6 +603,109 @@ class PathSafetyTest(nx.NxTestCase):
                 b'+ /pub/sub2/f3.link')))
         self.assertEqual(ok('diff', img, 'p0', 'p1'), root_out[0])
         self.assertEqual(ok('diff', img, 'p1', 's1'), root_out[1])
+        self.fsck(img)
+
+    def test_versions_daemon_and_walk(self):
+        """Versions of the same size and mtime with other ctimes: root
+        has the daemon compare them (no read through the mount), nobody
+        reads them (and may not ask the daemon); both list the same: a
+        chmod is no new version, one byte is, a file renamed over it
+        with the same bytes (another inode) is not."""
+        img = self.make_image()
+        with self.snapmount(img) as m:
+            f, t = m.p('f'), m.p('t')
+            data = nx.pattern(300000)
+
+            def same_times(p):
+                os.utime(p, ns=(10**18, 10**18))
+            write_file(f, data, 0o644)
+            same_times(f)
+            snap(m, 'a')
+            os.chmod(f, 0o600)
+            os.chmod(f, 0o644)
+            snap(m, 'b')
+            with open(f, 'r+b') as fh:
+                fh.seek(200000)
+                fh.write(b'X')
+            same_times(f)
+            snap(m, 'c')
+            write_file(t, read_file(f), 0o644)
+            same_times(t)
+            os.rename(t, f)
+            snap(m, 'd')
+            before = nx.opstats(m.path).get('read', 0)
+            root_out = ok('versions', f)
+            self.assertEqual(nx.opstats(m.path).get('read', 0), before,
+                             'root read the files through the mount')
+            rc, user_out, err = tool('versions', f, user=(UID, GID))
+            self.assertEqual(rc, 0, err)
+            self.assertEqual(user_out, root_out)
+            lines = root_out.splitlines()
+            self.assertEqual(len(lines), 3, root_out)
+            self.assertTrue(lines[1].endswith(b' a b'), root_out)
+            self.assertTrue(lines[2].endswith(b' c d (live)'), root_out)
+
+            def same_data(path):
+                fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+                try:
+                    fcntl.ioctl(fd, NX_IOC_SAME_DATA,
+                                struct.pack('IIQQII', 0, 0, 12, 12, 0, 0))
+                finally:
+                    os.close(fd)
+            with self.assertRaises(PermissionError):
+                self.as_nobody(same_data, m.path)
+        self.fsck(img)
+
+    def test_send_channel(self):
+        """The daemon (root here) writes a send's stream only into a FIFO
+        of the caller's: root naming a regular file, nobody's FIFO, a
+        symbolic link to root's FIFO or a FIFO nobody reads is refused
+        and nothing is written; nobody may not start a send on root's
+        mount at all, and "nextfs send" as nobody writes nothing."""
+        img = self.make_image()
+        with self.snapmount(img) as m:
+            write_file(m.p('f'), b'data' * 1000)
+            snap(m, 'a')
+
+            def start(path):
+                q = bytearray(SEND_START.pack(0, 1, 0, 0, 0, b'',
+                                              os.fsencode(path), b''))
+                fd = os.open(m.path, os.O_RDONLY | os.O_DIRECTORY)
+                try:
+                    fcntl.ioctl(fd, NX_IOC_SEND_START, q)
+                finally:
+                    os.close(fd)
+                out = SEND_START.unpack(bytes(q))
+                return out[3], out[7].rstrip(b'\0')     # error, msg
+
+            def j(n):
+                return os.path.join(self.rootonly, n)
+            plain, mine, theirs, link = (j('plain'), j('fifo'),
+                                         j('nobodys'), j('link'))
+            os.mkfifo(mine, 0o600)
+            os.mkfifo(theirs, 0o600)
+            os.chown(theirs, UID, GID)
+            os.symlink(mine, link)
+            with open(plain, 'wb') as fh:
+                fh.write(b'keep')
+            for path, want in ((plain, errno.EPERM), (theirs, errno.EPERM),
+                               (link, errno.EPERM), (mine, errno.ENXIO),
+                               ('fifo', errno.EINVAL)):
+                err, msg = start(path)
+                self.assertEqual(err, want, (path, msg))
+            self.assertEqual(read_file(plain), b'keep')
+            for n in ('plain', 'fifo', 'nobodys', 'link'):
+                os.unlink(j(n))
+            with self.assertRaises(PermissionError):
+                self.as_nobody(start, '/nonexistent')
+            out = os.path.join(self.work, 'nobody-out')
+            os.chmod(self.work, 0o777)
+            rc, _, err = tool('send', m.path, 'a', '-o', out,
+                              user=(UID, GID))
+            self.assertEqual(rc, 1, err)
+            self.assertEqual(len(err.strip().splitlines()), 1, err)
+            self.assertFalse(os.path.exists(out))
+            self.assertUntouched()
         self.fsck(img)
 
 

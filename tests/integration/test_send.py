@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""nextfs send into a stock btrfs receive (real btrfs on a loop device).
+"""nextfs send into a stock btrfs receive (real btrfs on a loop device)
+and into nextfs receive.
 
 A chain: a full stream of the first snapshot, then 10 incremental ones,
 each after a seeded random workload of every kind of change send must
@@ -7,23 +8,37 @@ carry (files and directories created, removed, renamed across
 directories, swapped, a file replaced by a directory of the same name,
 hard links added and removed, symlinks, device nodes, fifos, sockets,
 truncates up and down, sparse files, xattrs and POSIX ACLs, modes,
-owners, times, names with any bytes but '/').  After every step the
-snapshot btrfs received must equal the nextfs snapshot: names, types,
-modes, owners, sizes, content hashes, symlink targets, devices, hard-link
-groups, xattrs and mtimes.  Streams come from the mount while it is in
-use, and the last one also offline from the image (the same bytes).  An
-unprivileged user sends from their own mount.  Runs per flavour (ext2,
-ext3, ext4: the block maps differ).
+owners, times, names with any bytes but '/').  Each stream goes into
+btrfs receive and into nextfs receive - offline into an image, three
+steps into its mount - and after every step the received snapshots (and
+the nextfs target's live tree) must equal the nextfs snapshot: names,
+types, modes, owners, sizes, content hashes, symlink targets, devices,
+hard-link groups, xattrs and mtimes.  One offline step is cut at a
+random point and finished with "send --resume TOKEN", one mounted step
+has its receiver killed and is finished with "receive --resume"; at the
+end "nextfs check --views" finds both ends clean.  Streams come from
+the mount while it is in use - the daemon makes them, reading no file
+through FUSE; the tool's own reading through the mount (when the daemon
+cannot reach its FIFO) makes the same bytes - and the last one also
+offline from the image (the same bytes).  A send whose reader dies
+leaves the daemon serving.  An unprivileged user sends from their own
+mount.  Runs per flavour (ext2, ext3, ext4: the block maps differ).
 """
 
+import contextlib
+import fcntl
 import hashlib
 import os
+import platform
 import random
 import shutil
+import signal
 import socket
 import stat
 import subprocess
 import tempfile
+import termios
+import time
 
 import nxharness as nx
 import nxsnap
@@ -31,14 +46,18 @@ from nxharness import NOBODY_UID as UID, NOGROUP_GID as GID
 
 STEPS = 10
 OPS = 30
+MOUNTED = (4, 5, 6)     # the steps nextfs receives into a mount
+KILLED = 5              # ... this one's receiver killed mid-stream
 
 
 def tool(*args, user=None, **kw):
     argv = [nx.tool_path()] + list(args)
     if user:
         argv = nx.as_user_argv(*user) + argv
+    if kw.get('input') is None:
+        kw['stdin'] = subprocess.DEVNULL
     return subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          stdin=subprocess.DEVNULL, **kw)
+                          **kw)
 
 
 def manifest(root):
@@ -256,6 +275,20 @@ def commands(stream):
     return out
 
 
+def waits_on_stdin(pid, w):
+    """Does PID wait in read(2) of its standard input, the pipe whose
+    write end is W, with nothing left in the pipe?"""
+    nr = {'x86_64': 0, 'aarch64': 63}.get(platform.machine())
+    left = bytearray(4)
+    fcntl.ioctl(w, termios.FIONREAD, left)
+    if int.from_bytes(left, 'little'):
+        return False
+    if nr is None:
+        return True
+    with open('/proc/%d/syscall' % pid) as f:
+        return f.read().startswith('%d 0x0 ' % nr)
+
+
 def struct_cmd(cmd):
     return int.from_bytes(cmd[4:6], 'little')
 
@@ -306,43 +339,161 @@ class SendTest(nx.NxTestCase):
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         self.assertEqual(p.returncode, 0, p.stderr.decode())
 
-    def send(self, *args, user=None):
-        p = tool('send', *args, user=user)
+    def send(self, *args, user=None, env=None):
+        p = tool('send', *args, user=user, env=env)
         self.assertEqual(p.returncode, 0, p.stderr.decode())
         return p.stdout
+
+    def nx_receive(self, target, stream, *args, status=0):
+        p = tool('receive', *args, target, input=stream)
+        self.assertEqual(p.returncode, status, p.stderr.decode())
+        return p
+
+    def assertTree(self, want, got, what):
+        for path in sorted(set(want) | set(got)):
+            self.assertEqual(got.get(path), want.get(path),
+                             '%s, %r' % (what, path))
 
     def assertSame(self, m, name, user=None):
         where = nxsnap.snap_dir(m, name)
         want = nx.run_as(*user, manifest, where) if user else \
             manifest(where)
-        got = manifest(os.path.join(self.bt, name))
-        for path in sorted(set(want) | set(got)):
-            self.assertEqual(got.get(path), want.get(path),
-                             'snapshot %s, %r' % (name, path))
+        self.assertTree(want, manifest(os.path.join(self.bt, name)),
+                        'snapshot %s' % name)
+        return want
 
-    def test_chain_into_btrfs(self):
+    def assertReceived(self, tm, name, want):
+        """Snapshot NAME of the nextfs target mounted at TM, and its live
+        tree, are WANT."""
+        self.assertTree(want, manifest(nxsnap.snap_dir(tm, name)),
+                        'received snapshot %s' % name)
+        self.assertTree(want, manifest(tm.path), 'live tree after %s' % name)
+
+    def cut_and_resume(self, tgt, stream, rnd, *send_args):
+        """Receive STREAM into the image TGT cut at a random point, then
+        the rest as "send --resume TOKEN" makes it."""
+        cmds = commands(stream)
+        k = rnd.randrange(cmds[2][1], len(stream) - 1)
+        p = self.nx_receive(tgt, stream[:k], status=3)
+        self.assertIn(b'stopped before command', p.stderr)
+        tok = self.nx_receive(tgt, None, '--token').stdout.strip()
+        rest = self.send(*send_args, '--resume', tok.decode())
+        # exactly the commands from the one the cut went through
+        first = [c[0] for c in cmds if c[1] <= k][-1]
+        self.assertEqual([c[3] for c in commands(rest)[2:]],
+                         [c[3] for c in cmds[first:]])
+        self.nx_receive(tgt, rest, '--resume')
+
+    def kill_and_resume(self, mnt, stream):
+        """A receive into the mount MNT killed mid-stream, then
+        "receive --resume" with the whole stream."""
+        p = subprocess.Popen([nx.tool_path(), 'receive', mnt],
+                             stdin=subprocess.PIPE,
+                             stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+        try:
+            p.stdin.write(stream[:len(stream) // 2])
+            p.stdin.flush()
+            # killed once it applied all it was given and waits for more
+            for _ in range(3000):
+                if waits_on_stdin(p.pid, p.stdin.fileno()):
+                    break
+                time.sleep(0.01)
+        finally:
+            p.kill()
+            p.wait()
+            try:
+                p.stdin.close()
+            except BrokenPipeError:
+                pass
+        self.assertEqual(p.returncode, -signal.SIGKILL)
+        self.nx_receive(mnt, stream, '--resume')
+
+    def test_chain(self):
         seed = self.seed()
+        rnd = random.Random(seed)
+        cut = rnd.choice([i for i in range(1, STEPS + 1)
+                          if i not in MOUNTED])
         img = self.make_image('96M')
-        with self.mounted(img, check=False) as m:
+        tgt = self.make_image('96M', name='target.img')
+        tdir = os.path.join(self.work, 'target')
+        os.mkdir(tdir)
+        with self.mounted(img, check=False) as m, \
+                contextlib.ExitStack() as target:
             w = Workload(m.path, seed)
-            w.run(OPS)
-            os.mkdir(nxsnap.snap_dir(m, 's0'))
-            self.receive(self.send(m.path, 's0'))
-            self.assertSame(m, 's0')
-            for i in range(1, STEPS + 1):
+            tm = None                   # the target's mount, while mounted
+            for i in range(STEPS + 1):
+                name = 's%d' % i
                 w.run(OPS)
-                os.mkdir(nxsnap.snap_dir(m, 's%d' % i))
+                os.mkdir(nxsnap.snap_dir(m, name))
                 w.run(3)        # the live tree changes while we send
-                self.receive(self.send('-p', 's%d' % (i - 1), m.path,
-                                       's%d' % i))
-                self.assertSame(m, 's%d' % i)
-            last = self.send('-p', 's%d' % (STEPS - 1), m.path,
-                             's%d' % STEPS)
+                args = (['-p', 's%d' % (i - 1)] if i else []) + [m.path,
+                                                                 name]
+                reads = nx.opstats(m.path).get('read', 0)
+                stream = self.send(*args)
+                self.assertEqual(nx.opstats(m.path).get('read', 0), reads,
+                                 'the daemon read no file through FUSE')
+                if i == 1:      # the tool reads through the mount: same
+                    env = dict(os.environ, TMPDIR='/nonexistent')
+                    self.assertEqual(self.send(*args, env=env), stream)
+                self.receive(stream)
+                want = self.assertSame(m, name)
+                if i == MOUNTED[0]:
+                    tm = target.enter_context(self.mounted(
+                        tgt, check=False, workdir=tdir))
+                if tm and i == KILLED:
+                    self.kill_and_resume(tm.path, stream)
+                elif tm:
+                    self.nx_receive(tm.path, stream)
+                elif i == cut:
+                    self.cut_and_resume(tgt, stream, rnd, *args)
+                else:
+                    self.nx_receive(tgt, stream)
+                if tm:
+                    self.assertReceived(tm, name, want)
+                else:
+                    with self.mounted(tgt, check=False, workdir=tdir,
+                                      opts=('ro',)) as rm:
+                        self.assertReceived(rm, name, want)
+                if i == MOUNTED[-1]:
+                    target.close()
+                    tm = None
+            last = stream
         # offline, from the image: the same stream
         off = self.send('-p', 's%d' % (STEPS - 1), img, 's%d' % STEPS)
         self.assertEqual(off, last)
-        self.assertEqual(tool('check', '--views', img).returncode, 0)
-        self.assertEqual(nxsnap.fsck_masked(img)[0], 0)
+        for image in (img, tgt):
+            p = tool('check', '--views', image)
+            self.assertEqual(p.returncode, 0, p.stdout.decode())
+            self.assertEqual(nxsnap.fsck_masked(image)[0], 0)
+
+    def test_dead_reader(self):
+        """A send whose reader is killed ends; the daemon goes on
+        serving, and unmounts cleanly."""
+        img = self.make_image('64M')
+        with self.mounted(img, check=False) as m:
+            with open(m.p('big'), 'wb') as f:
+                f.write(os.urandom(6 << 20))
+            os.mkdir(nxsnap.snap_dir(m, 'a'))
+            p = subprocess.Popen([nx.tool_path(), 'send', m.path, 'a'],
+                                 stdout=subprocess.PIPE,
+                                 stderr=subprocess.DEVNULL)
+            self.assertEqual(len(p.stdout.read(65536)), 65536)
+            p.kill()
+            p.wait()
+            p.stdout.close()
+            full = self.send(m.path, 'a')
+            self.assertEqual(commands(full)[-1][3][4:6], b'\x15\x00')  # END
+            # a reader that stops reading: its send waits, others go on
+            p = subprocess.Popen([nx.tool_path(), 'send', m.path, 'a'],
+                                 stdout=subprocess.PIPE,
+                                 stderr=subprocess.DEVNULL)
+            self.assertEqual(len(p.stdout.read(65536)), 65536)
+            p.send_signal(signal.SIGSTOP)
+            self.assertEqual(self.send(m.path, 'a'), full)
+            p.kill()
+            p.wait()
+            p.stdout.close()
 
     def test_resume(self):
         """send --resume TOKEN: the rest of the stream the token names,

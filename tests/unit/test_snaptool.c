@@ -2,8 +2,8 @@
  * test_snaptool.c - the offline snapshot tools: check finds (and repairs
  * what is safe of) injected corruption, export writes images stock
  * e2fsck accepts with the snapshot's content, diff reports exactly the
- * changes made, restore brings the live tree back and leaves every
- * snapshot valid.
+ * changes made, send reads ahead what a plain send reads, restore brings
+ * the live tree back and leaves every snapshot valid.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -19,6 +19,7 @@
 #include "nextfs/open.h"
 #include "nextfs/snapshot.h"
 #include "nextfs/image.h"
+#include "nextfs/send.h"
 #include "nextfs/snaptool.h"
 
 static struct nx_cred root;
@@ -806,6 +807,135 @@ END_TEST
 
 /* ---------------------------------------------------------------- restore */
 
+/* ------------------------------------------------------------------ */
+/* Send.                                                               */
+
+struct membuf {
+	char *p;
+	size_t n, cap;
+	struct nx_volume *vol;
+	const char *del;		/* delete it at the first write */
+};
+
+static errcode_t mem_write(void *priv, const void *buf, size_t len)
+{
+	struct membuf *m = priv;
+
+	if (m->del) {
+		nx_volume_lock(m->vol);
+		ck_assert_int_eq(nx_snap_delete(m->vol, m->del), 0);
+		nx_volume_unlock(m->vol);
+		m->del = NULL;
+	}
+	if (m->n + len > m->cap) {
+		m->cap = 2 * (m->n + len);
+		m->p = realloc(m->p, m->cap);
+		ck_assert_ptr_nonnull(m->p);
+	}
+	memcpy(m->p + m->n, buf, len);
+	m->n += len;
+	return 0;
+}
+
+/* The stream of ID (from PARENT) made without reading ahead. */
+static void send_plain(struct nx_volume *vol, uint32_t parent, uint32_t id,
+		       struct membuf *m)
+{
+	struct nx_send_params p = { .id = id, .parent_id = parent,
+				    .out = { -1, mem_write, m } };
+	struct nx_snapinfo info[2];
+	struct nx_send_reader *rd;
+	struct nx_send_stats st;
+	struct nx_delta d;
+	char msg[256];
+
+	nx_volume_lock(vol);
+	ck_assert_int_eq(nx_snap_find_id(vol, id, &info[1]), 0);
+	ck_assert_int_eq(nx_snap_identity(vol, &info[1], p.uuid,
+					  &p.ctransid), 0);
+	if (parent) {
+		ck_assert_int_eq(nx_snap_find_id(vol, parent, &info[0]), 0);
+		ck_assert_int_eq(nx_snap_identity(vol, &info[0], p.parent_uuid,
+						  &p.parent_ctransid), 0);
+	}
+	ck_assert_int_eq(nx_snap_delta(vol, parent, id, NX_DELTA_WANT_EXTENTS |
+				       (parent ? 0 : NX_DELTA_FULL), NULL, &d,
+				       msg, sizeof(msg)), 0);
+	nx_volume_unlock(vol);
+	p.name = info[1].name;
+	ck_assert_int_eq(nx_send_view_reader(vol, parent, id, &rd), 0);
+	rd->plan = NULL;		/* every read when it is asked */
+	ck_assert_msg(nx_send_stream(&d, rd, &p, &st, msg, sizeof(msg)) == 0,
+		      "%s", msg);
+	nx_send_view_reader_free(rd);
+	nx_delta_free(&d);
+}
+
+/*
+ * nx_send_snapshot reads file data ahead of the sender (threads, more
+ * than its byte budget here): the stream is the one a send that reads
+ * each piece when it needs it makes, full and incremental.  A snapshot
+ * deleted while it is sent ends the stream with ENOENT and says so,
+ * however much was read ahead.
+ */
+START_TEST(test_send_reads_ahead)
+{
+	struct membuf a = { 0 }, b = { 0 };
+	struct nx_send_out out = { -1, mem_write, &a };
+	struct nx_snapinfo s1, s2;
+	struct nx_send_stats st;
+	struct nx_volume *vol;
+	char path[256], name[64], msg[256];
+	unsigned bs;
+	int i, k;
+
+	nxt_root_cred(&root);
+	nxt_mkfs(path, nxt_flavours[_i], 96);
+	vol = nxt_open(path);
+	bs = vol->fs->blocksize;
+	make_dir(vol, "d");
+	for (i = 0; i < 60; i++) {
+		snprintf(name, sizeof(name), "d/f%d", i);
+		write_file(vol, name, 0, (size_t)(i % 7) * bs + (size_t)i, i);
+	}
+	write_file(vol, "big1", 0, 12 << 20, 100);
+	write_file(vol, "big2", 0, 12 << 20, 101);
+	ck_assert_int_eq(nx_snap_take(vol, "s1", &s1), 0);
+	write_file(vol, "big1", 5 * bs, 3 * bs, 102);
+	write_file(vol, "d/f3", 0, 9 * bs, 103);
+	remove_file(vol, "d/f4");
+	write_file(vol, "new", 0, 2 * bs + 1, 104);
+	ck_assert_int_eq(nx_snap_take(vol, "s2", &s2), 0);
+
+	for (k = 0; k < 2; k++) {
+		uint32_t parent = k ? s1.id : 0;
+
+		a.n = b.n = 0;
+		ck_assert_msg(nx_send_snapshot(vol, parent, s2.id, NULL, &out,
+					       &st, msg, sizeof(msg)) == 0,
+			      "%s", msg);
+		send_plain(vol, parent, s2.id, &b);
+		ck_assert_uint_gt(a.n, k ? 3 * bs : 24 << 20);
+		ck_assert_uint_eq(a.n, b.n);
+		ck_assert(memcmp(a.p, b.p, a.n) == 0);
+	}
+
+	a.n = 0;
+	a.vol = vol;
+	a.del = "s2";
+	ck_assert_int_eq(nx_send_snapshot(vol, 0, s2.id, NULL, &out, &st, msg,
+					  sizeof(msg)), ENOENT);
+	ck_assert_msg(strstr(msg, "'s2' was deleted while it was being sent"),
+		      "%s", msg);
+	ck_assert_uint_lt(a.n, 24 << 20);
+	free(a.p);
+	free(b.p);
+	ck_assert_int_eq(nx_volume_close(vol), 0);
+	ck_assert_int_eq(nxt_fsck_masked(path), 0);
+	nxt_unlink(path);
+}
+END_TEST
+
 START_TEST(test_restore_rolls_back)
 {
 	struct nx_restore_result res;
@@ -1007,6 +1137,7 @@ int main(void)
 	tcase_add_loop_test(tc, test_diff_reports_changes, 0, NXT_NFLAVOURS);
 	tcase_add_loop_test(tc, test_delta_extents_and_encoding, 0,
 			    NXT_NFLAVOURS);
+	tcase_add_loop_test(tc, test_send_reads_ahead, 0, NXT_NFLAVOURS);
 	tcase_add_loop_test(tc, test_restore_rolls_back, 0, NXT_NFLAVOURS);
 	tcase_add_loop_test(tc, test_restore_relocates_snapshot_blocks, 0,
 			    NXT_NFLAVOURS);
