@@ -18,7 +18,8 @@
  * that dies hangs up without "done".  Clients are accepted only from
  * root and the daemon's own user, and check the same of the daemon.
  *
- * "nextfs umount" waits on the mount's channel.  nx_lock_device(), when
+ * "nextfs umount" waits on the mount's channel (or the volume's) of the
+ * daemon that names its mountpoint.  nx_lock_device(), when
  * the lock is taken by a daemon that is finishing, waits on the volume's
  * channel for at most NX_HOLDER_WAIT_SECONDS instead of failing "in use";
  * a daemon that is still serving is refused at once, naming its mount.
@@ -60,8 +61,11 @@ struct nx_holder;
 /*
  * Bind the channels of DEVICE and of the mount at MOUNTPOINT (found in
  * /proc/self/mountinfo): right after mounting, so that no client finds
- * the mount without them.  A name that cannot be bound (taken, no
- * abstract sockets) is left out; NULL if neither could.  Then, in the
+ * the mount without them.  A name that is taken (by the daemon of an
+ * earlier mount, still finishing) is tried again while serving, for
+ * NX_HOLDER_WAIT_SECONDS; one that cannot be bound at all is left out;
+ * NULL if neither can be ours.  The mount's name is let go at
+ * nx_holder_finishing() (the next mount may get its number).  Then, in the
  * process that serves (after daemonising: a fork keeps no threads),
  * nx_holder_serve() starts answering; clients queue until then.
  */

@@ -7,7 +7,8 @@
  * daemon only then hears of it and still commits, empties the journal
  * and marks the volume clean.  So: before unmounting, connect to the
  * daemon's status channel for this mount (holder.h; its name comes from
- * the mount's MAJ:MIN in /proc/self/mountinfo), unmount (umount2() as
+ * the mount's MAJ:MIN in /proc/self/mountinfo; the daemon must name our
+ * mountpoint: see connect_daemon), unmount (umount2() as
  * root, fusermount3 -u for a user's own mount), then read what the
  * daemon says until "done" - with its exit status and last error - or
  * until it hangs up without (it died).  A daemon that never says
@@ -99,23 +100,65 @@ static int is_nextfs_type(const char *fstype)
 	       !strcmp(fstype, "fuseblk.nextfs");
 }
 
+/*
+ * Is the daemon on the channel KEY the one of this very mount?  It says
+ * so first: "serving PID DEVICE MOUNTPOINT".  (It may already be
+ * finishing: its lines can come together.)
+ */
+static int serves_this_mount(struct umount_ctx *u, const char *key,
+			     struct nx_holder_conn *c, int wait_ms)
+{
+	if (nx_holder_connect(key, u->mi.owner, c) != 0)
+		return 0;
+	if (nx_holder_next(c, wait_ms) == 0 && c->state != NX_HOLDER_NONE &&
+	    c->state != NX_HOLDER_GONE && !strcmp(c->mountpoint, u->path))
+		return 1;
+	nx_holder_disconnect(c);
+	return 0;
+}
+
+/*
+ * How long to look for the channel.  The kernel gives a mount's number
+ * to the next mount as soon as it forgets the mount, so the daemon of an
+ * earlier mount with our number may still have the name when ours comes
+ * up (it is finishing, or has just said "done"); ours binds the name once
+ * that one has let go (holder.c).  Meanwhile the volume's channel may
+ * answer.  Without the daemon we could only wait for the volume lock,
+ * and the shared lock of -o ro is no wait at all.
+ */
+#define CONNECT_TRIES		30
+#define CONNECT_RETRY_MS	100
+#define HELLO_WAIT_MS		2000	/* first: a busy daemon may be slow */
+#define HELLO_AGAIN_MS		200
+
 /* The daemon's channel for this mount, if it answers. */
 static void connect_daemon(struct umount_ctx *u)
 {
-	char key[NX_HOLDER_KEY_MAX];
+	char mkey[NX_HOLDER_KEY_MAX], vkey[NX_HOLDER_KEY_MAX];
 	struct nx_holder_conn *c = malloc(sizeof(*c));
+	int nextfs = is_nextfs_type(u->mi.fstype), vol, tries;
+	struct statfs sfs;
 
 	if (!c)
 		return;
-	nx_holder_mount_key(u->mi.major, u->mi.minor, key, sizeof(key));
-	/* It may already be finishing (its lines can come together). */
-	if (nx_holder_connect(key, u->mi.owner, c) == 0 &&
-	    nx_holder_next(c, 2000) == 0 && c->state != NX_HOLDER_NONE &&
-	    c->state != NX_HOLDER_GONE) {
-		u->conn = c;
-		return;
+	nx_holder_mount_key(u->mi.major, u->mi.minor, mkey, sizeof(mkey));
+	vol = nextfs && nx_holder_volume_key(u->mi.source, vkey,
+					      sizeof(vkey)) == 0;
+	for (tries = 0;; tries++) {
+		int wait = tries ? HELLO_AGAIN_MS : HELLO_WAIT_MS;
+
+		if (serves_this_mount(u, mkey, c, wait) ||
+		    (vol && serves_this_mount(u, vkey, c, wait))) {
+			u->conn = c;
+			return;
+		}
+		if (!nextfs || tries == CONNECT_TRIES)
+			break;
+		/* A dead daemon answers nowhere (statfs: see below). */
+		if (!tries && statfs(u->path, &sfs) != 0 && errno == ENOTCONN)
+			break;
+		usleep(CONNECT_RETRY_MS * 1000);
 	}
-	nx_holder_disconnect(c);
 	free(c);
 }
 

@@ -157,6 +157,14 @@ static socklen_t abstract_addr(const char *key, struct sockaddr_un *sa)
 	return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n);
 }
 
+static long long now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
 /* Root and our own user may talk to us (and we to them), or ALSO. */
 static int peer_trusted(int fd, uid_t also)
 {
@@ -173,12 +181,23 @@ static int peer_trusted(int fd, uid_t also)
 /* Daemon side.                                                        */
 
 #define MAX_CLIENTS	32
-#define MAX_LISTEN	2
+
+/*
+ * The two names, by slot.  A name someone else still has is tried again
+ * while we serve (RETRY_MS apart, for NX_HOLDER_WAIT_SECONDS): the mount's
+ * number is ours alone once the kernel has given it to us, so whoever
+ * has its name is the daemon of an earlier mount that had it and is
+ * still finishing (or has said "done" and not yet gone).  Without the
+ * name, "nextfs umount" would reach that daemon, or none, and could not
+ * wait for us.
+ */
+enum { SLOT_VOLUME, SLOT_MOUNT, MAX_LISTEN };
+#define RETRY_MS	100
 
 struct nx_holder {
 	pthread_t thread;
-	int listen[MAX_LISTEN];
-	int nlisten;
+	int listen[MAX_LISTEN];		/* -1: not bound */
+	char key[MAX_LISTEN][NX_HOLDER_KEY_MAX];	/* "": not to bind */
 	int wake[2];			/* pipe: the state changed */
 	pthread_mutex_t mu;
 	int mu_ready, running;
@@ -249,15 +268,75 @@ static void accept_client(struct nx_holder *h, int lfd,
 		say_to(h, h->nclients - 1, line);
 }
 
-static void accept_pending(struct nx_holder *h, enum nx_holder_state state)
+/* Take in whoever is in the queue of SLOT. */
+static void accept_pending(struct nx_holder *h, int slot,
+			   enum nx_holder_state state)
 {
-	int i, before;
+	int before;
 
-	for (i = 0; i < h->nlisten; i++)
-		do {
-			before = h->nclients;
-			accept_client(h, h->listen[i], state);
-		} while (h->nclients > before);
+	while (h->listen[slot] >= 0) {
+		before = h->nclients;
+		accept_client(h, h->listen[slot], state);
+		if (h->nclients == before)
+			break;
+	}
+}
+
+/* Bind the name of SLOT; a name that is taken stays to be tried again. */
+static void listen_on(struct nx_holder *h, int slot)
+{
+	struct sockaddr_un sa;
+	socklen_t len;
+	int fd;
+
+	if (h->listen[slot] >= 0 || !h->key[slot][0])
+		return;
+	len = abstract_addr(h->key[slot], &sa);
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd < 0)
+		return;
+	if (bind(fd, (struct sockaddr *)&sa, len) != 0 ||
+	    listen(fd, 8) != 0) {
+		if (errno != EADDRINUSE)
+			h->key[slot][0] = 0;	/* no use trying again */
+		close(fd);
+		return;
+	}
+	h->listen[slot] = fd;
+}
+
+static void close_listener(struct nx_holder *h, int slot)
+{
+	if (h->listen[slot] >= 0)
+		close(h->listen[slot]);
+	h->listen[slot] = -1;
+	h->key[slot][0] = 0;
+}
+
+/* A name still to bind (someone else had it)? */
+static int names_pending(const struct nx_holder *h)
+{
+	int i;
+
+	for (i = 0; i < MAX_LISTEN; i++)
+		if (h->listen[i] < 0 && h->key[i][0])
+			return 1;
+	return 0;
+}
+
+/*
+ * Once the session has ended the mount is gone, and its number may be
+ * given to the next mount at once: let its name go, for that mount's
+ * daemon, after taking in whoever is still in its queue.  (Whoever
+ * unmounts us has connected before.)  The volume's name stays until
+ * "done": openers wait on it.
+ */
+static void mount_gone(struct nx_holder *h, enum nx_holder_state state)
+{
+	accept_pending(h, SLOT_MOUNT, state);
+	close_listener(h, SLOT_MOUNT);
+	if (h->listen[SLOT_VOLUME] < 0)
+		h->key[SLOT_VOLUME][0] = 0;	/* too late to be asked */
 }
 
 static void *holder_main(void *arg)
@@ -265,36 +344,46 @@ static void *holder_main(void *arg)
 	struct nx_holder *h = arg;
 	struct pollfd pfd[MAX_LISTEN + 1 + MAX_CLIENTS];
 	enum nx_holder_state sent = NX_HOLDER_SERVING, state;
+	long long give_up = now_ms() + NX_HOLDER_WAIT_SECONDS * 1000LL;
 	char line[2048], buf[256];
-	int i, n;
+	int i, n, at[MAX_LISTEN];
 
 	for (;;) {
+		if (names_pending(h) && now_ms() > give_up)
+			for (i = 0; i < MAX_LISTEN; i++)
+				if (h->listen[i] < 0)
+					h->key[i][0] = 0;
 		n = 0;
-		for (i = 0; i < h->nlisten; i++)
-			pfd[n++] = (struct pollfd){ h->listen[i], POLLIN, 0 };
+		for (i = 0; i < MAX_LISTEN; i++) {
+			at[i] = h->listen[i] >= 0 ? n : -1;
+			if (h->listen[i] >= 0)
+				pfd[n++] = (struct pollfd){ h->listen[i],
+							    POLLIN, 0 };
+		}
 		pfd[n++] = (struct pollfd){ h->wake[0], POLLIN, 0 };
 		for (i = 0; i < h->nclients; i++)
 			pfd[n++] = (struct pollfd){ h->clients[i], POLLIN, 0 };
-		if (poll(pfd, n, -1) < 0) {
+		if (poll(pfd, n, names_pending(h) ? RETRY_MS : -1) < 0) {
 			if (errno == EINTR)
 				continue;
 			break;
 		}
-		if (pfd[h->nlisten].revents) {
-			while (read(h->wake[0], buf, sizeof(buf)) > 0)
-				;
-		}
+		while (read(h->wake[0], buf, sizeof(buf)) > 0)
+			;
 		pthread_mutex_lock(&h->mu);
 		state = h->state;
 		pthread_mutex_unlock(&h->mu);
 		if (state != sent) {
 			format_state(h, state, line, sizeof(line));
 			say_to_all(h, line);
+			if (state >= NX_HOLDER_FINISHING)
+				mount_gone(h, state);
 			sent = state;
 		}
 		if (state == NX_HOLDER_DONE) {
 			/* Whoever is still in the queue hears it too. */
-			accept_pending(h, state);
+			for (i = 0; i < MAX_LISTEN; i++)
+				accept_pending(h, i, state);
 			break;
 		}
 		/*
@@ -310,9 +399,13 @@ static void *holder_main(void *arg)
 				h->clients[i] = h->clients[--h->nclients];
 			}
 		}
-		for (i = 0; i < h->nlisten; i++)
-			if (pfd[i].revents & POLLIN)
+		for (i = 0; i < MAX_LISTEN; i++)
+			if (at[i] >= 0 && h->listen[i] >= 0 &&
+			    (pfd[at[i]].revents & POLLIN))
 				accept_client(h, h->listen[i], state);
+		if (state == NX_HOLDER_SERVING)
+			for (i = 0; i < MAX_LISTEN; i++)
+				listen_on(h, i);
 	}
 	for (i = 0; i < h->nclients; i++)
 		close(h->clients[i]);
@@ -320,35 +413,12 @@ static void *holder_main(void *arg)
 	return NULL;
 }
 
-static void listen_on(struct nx_holder *h, const char *key)
-{
-	struct sockaddr_un sa;
-	socklen_t len = abstract_addr(key, &sa);
-	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK,
-			0);
-
-	if (fd < 0)
-		return;
-	if (bind(fd, (struct sockaddr *)&sa, len) != 0 ||
-	    listen(fd, 8) != 0) {
-		close(fd);
-		return;
-	}
-	h->listen[h->nlisten++] = fd;
-}
-
-static void close_listeners(struct nx_holder *h)
+static void free_holder(struct nx_holder *h)
 {
 	int i;
 
-	for (i = 0; i < h->nlisten; i++)
-		close(h->listen[i]);
-	h->nlisten = 0;
-}
-
-static void free_holder(struct nx_holder *h)
-{
-	close_listeners(h);
+	for (i = 0; i < MAX_LISTEN; i++)
+		close_listener(h, i);
 	if (h->wake[0] >= 0) {
 		close(h->wake[0]);
 		close(h->wake[1]);
@@ -362,23 +432,31 @@ static void free_holder(struct nx_holder *h)
 
 struct nx_holder *nx_holder_start(const char *device, const char *mountpoint)
 {
-	char key[NX_HOLDER_KEY_MAX];
 	struct nx_mountinfo mi;
 	struct nx_holder *h = calloc(1, sizeof(*h));
+	int i;
 
 	if (!h)
 		return NULL;
 	h->wake[0] = h->wake[1] = -1;
+	for (i = 0; i < MAX_LISTEN; i++)
+		h->listen[i] = -1;
 	h->state = NX_HOLDER_SERVING;
 	h->device = strdup(device);
 	h->mountpoint = strdup(mountpoint);
-	if (nx_holder_volume_key(device, key, sizeof(key)) == 0)
-		listen_on(h, key);
-	if (nx_mountinfo_find(mountpoint, &mi) == 0) {
-		nx_holder_mount_key(mi.major, mi.minor, key, sizeof(key));
-		listen_on(h, key);
+	if (nx_holder_volume_key(device, h->key[SLOT_VOLUME],
+				 sizeof(h->key[SLOT_VOLUME])) != 0)
+		h->key[SLOT_VOLUME][0] = 0;
+	if (nx_mountinfo_find(mountpoint, &mi) == 0)
+		nx_holder_mount_key(mi.major, mi.minor, h->key[SLOT_MOUNT],
+				    sizeof(h->key[SLOT_MOUNT]));
+	for (i = 0; i < MAX_LISTEN; i++)
+		listen_on(h, i);
+	if (!h->key[SLOT_VOLUME][0] && !h->key[SLOT_MOUNT][0]) {
+		free_holder(h);		/* neither name can be ours */
+		return NULL;
 	}
-	if (!h->nlisten || !h->device || !h->mountpoint ||
+	if (!h->device || !h->mountpoint ||
 	    pipe2(h->wake, O_CLOEXEC | O_NONBLOCK) != 0) {
 		free_holder(h);
 		return NULL;
@@ -515,14 +593,6 @@ static int take_lines(struct nx_holder_conn *c)
 		any = 1;
 	}
 	return any;
-}
-
-static long long now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 int nx_holder_next(struct nx_holder_conn *c, int timeout_ms)

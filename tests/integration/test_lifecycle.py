@@ -26,9 +26,12 @@ import json
 import fcntl
 import os
 import re
+import selectors
 import signal
+import socket
 import subprocess
 import tempfile
+import threading
 import time
 import unittest
 
@@ -190,6 +193,137 @@ class UnmountTest(nx.NxTestCase):
             finally:
                 nx.run(['umount', other])
 
+    def test_umount_waits_for_a_daemon_whose_mount_name_was_taken(self):
+        """A FUSE mount's number goes to the next mount as soon as it is
+        unmounted, while its daemon may still be finishing with the
+        channel named after it.  The next mount's daemon must still be
+        waited for: -o ro holds a shared lock only, which nextfs umount
+        cannot wait for, so without the channel it returned while the
+        image was still held (seen as a rare failure of the send chain
+        on a busy machine)."""
+        img = self.make_image('32M')
+        with OwnNetns():
+            old = EarlierDaemons()
+            try:
+                # The earlier daemon keeps the name: the volume's channel.
+                with self.mounted(img, opts=('ro',)) as m:
+                    key = mount_key(m.path)
+                    self.assertIn(key, old.socks)
+                    p = nextfs('umount', '-v', m.path, check=0)
+                    self.assertIn('written back and released', p.stdout)
+                    self.assertFalse(locked(img), 'still held after umount')
+            finally:
+                old.let_go()
+            # It lets go: the next daemon takes the name of its mount.
+            old = EarlierDaemons()
+            try:
+                with self.mounted(img, opts=('ro',)) as m:
+                    key = mount_key(m.path)
+                    self.assertIn(key, old.socks)
+                    old.let_go()
+                    self.assertEqual(channel_says(key), 'serving %d %s %s' %
+                                     (m.proc.pid, img, m.path))
+            finally:
+                old.let_go()
+
+
+# ------------------------------------------ channel names of earlier mounts
+
+CLONE_NEWNET = 0x40000000
+
+
+class OwnNetns:
+    """This thread, and what it starts, in a network namespace of its own
+    for a while: abstract socket names there are ours alone, so taking
+    them all disturbs no other nextfs on the machine."""
+
+    def __enter__(self):
+        self.orig = os.open('/proc/thread-self/ns/net', os.O_RDONLY)
+        if libc.unshare(CLONE_NEWNET) != 0:
+            os.close(self.orig)
+            raise unittest.SkipTest('no network namespace: %s' %
+                                    os.strerror(ctypes.get_errno()))
+        return self
+
+    def __exit__(self, *exc):
+        libc.setns(self.orig, CLONE_NEWNET)
+        os.close(self.orig)
+
+
+def mount_key(path):
+    st = os.stat(path)
+    return 'nextfs/mnt/%d:%d' % (os.major(st.st_dev), os.minor(st.st_dev))
+
+
+class EarlierDaemons:
+    """The daemons of earlier mounts whose numbers the kernel has given
+    again: each has the channel named after its mount and is finishing
+    (it says so to whoever connects, then hangs up without "done").
+    Every mount number that is free now is taken, so the next mount's
+    is among them."""
+
+    def __init__(self):
+        top = 0
+        with open('/proc/self/mountinfo') as f:
+            for line in f:
+                major, minor = line.split()[2].split(':')
+                if major == '0':
+                    top = max(top, int(minor))
+        self.socks = {}
+        for minor in range(1, top + 256):
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            key = 'nextfs/mnt/0:%d' % minor
+            try:
+                s.bind('\0' + key)
+                s.listen(8)
+            except OSError:
+                s.close()
+                continue
+            s.setblocking(False)
+            self.socks[key] = s
+        self.stop = False
+        # Started here: it shares this thread's network namespace.
+        self.thread = threading.Thread(target=self.answer, daemon=True)
+        self.thread.start()
+
+    def answer(self):
+        sel = selectors.DefaultSelector()
+        for s in list(self.socks.values()):
+            sel.register(s, selectors.EVENT_READ)
+        while not self.stop:
+            for key, _ in sel.select(0.05):
+                try:
+                    c, _ = key.fileobj.accept()
+                except OSError:
+                    continue
+                c.sendall(b'serving 1 /earlier.img /earlier/mnt\n'
+                          b'finishing\n')
+                c.close()
+        sel.close()
+
+    def let_go(self):
+        """The earlier daemons are gone."""
+        self.stop = True
+        self.thread.join()
+        for s in self.socks.values():
+            s.close()
+        self.socks = {}
+
+def channel_says(key, timeout=20):
+    """The first line on the channel KEY, once a daemon answers there."""
+    deadline = time.monotonic() + timeout
+    while True:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            s.connect('\0' + key)
+            s.settimeout(timeout)
+            return s.makefile('rb').readline().decode().rstrip('\n')
+        except OSError:
+            if time.monotonic() > deadline:
+                return None
+            time.sleep(0.05)
+        finally:
+            s.close()
 
 # ------------------------------------------------------------ block devices
 
