@@ -11,14 +11,17 @@ Two ratios in one run (issue 29 point 5), each the median of REPS:
                         added to every directory, so that the view reads
                         inode tables and directories through the
                         snapshot's copies.  A ratio > 1: the view is
-                        slower.
+                        slower.  With each: the daemon's CPU seconds
+                        and read calls, view / live (steadier than
+                        wall time on a shared machine).
   check_vs_e2fsck       nextfs check IMAGE against e2fsck -fn of a masked
                         copy (HAS_SNAPSHOT cleared) of the same image: a
                         sparse 4 TiB ext4 (lazy_itable_init) with a few
                         thousand files, a 64 MiB file and two snapshots.
 
 Usage (root, FUSE):  python3 bench/nxbench/viewbench.py [--build DIR]
-    [--files N] [--reps N] [--workdir DIR] [--json OUT]
+    [--files N] [--reps N] [--workdir DIR] [--json OUT] [--image IMG]
+    [--no-views] [--no-check]
 """
 
 import argparse
@@ -145,35 +148,56 @@ class Bench:
         return img, mnt
 
     def find_once(self, img, mnt, sub):
-        """(cold, warm) seconds of find over MNT/SUB on a fresh mount."""
+        """{cold,warm}: (seconds, daemon CPU seconds, daemon read calls)
+        of find over MNT/SUB on a fresh mount."""
         m = self.mount(img, mnt)
+        out = {}
         try:
             if not mounts.drop_caches():
                 raise BenchError('cannot drop caches (not root?)')
             path = os.path.join(mnt, sub) if sub else mnt
-            cold = self.timed(['find', path])
-            warm = self.timed(['find', path])
+            for kind in ('cold', 'warm'):
+                cpu0 = mounts.proc_cpu_seconds(m.pid)
+                rd0 = mounts.proc_io(m.pid)['syscr']
+                sec = self.timed(['find', path])
+                out[kind] = (sec, mounts.proc_cpu_seconds(m.pid) - cpu0,
+                             mounts.proc_io(m.pid)['syscr'] - rd0)
         finally:
             self.unmount(m)
-        return cold, warm
+        return out
 
     def run_views(self):
-        img, mnt = self.view_image()
+        keep = self.args.image
+        if keep and os.path.exists(keep):
+            img, mnt = keep, os.path.join(self.dir, 'mnt')
+        else:
+            img, mnt = self.view_image()
+            if keep:
+                os.rename(img, keep)
+                img = keep
         live, view = [], []
         for _ in range(self.args.reps):
             # alternate, so that drift on a shared machine hits both
             live.append(self.find_once(img, mnt, ''))
             view.append(self.find_once(img, mnt, '.snapshots/v1'))
         res = {'files': self.args.files}
-        for i, kind in enumerate(('cold', 'warm')):
-            lv = statistics.median(x[i] for x in live)
-            vv = statistics.median(x[i] for x in view)
-            res['find_live_%s_seconds' % kind] = lv
-            res['find_view_%s_seconds' % kind] = vv
-            res['find_view_%s_ratio' % kind] = vv / lv if lv else None
-            self.log('  find %-4s live %.3f s, view %.3f s: %.2fx' %
-                     (kind, lv, vv, vv / lv if lv else float('nan')))
-        os.unlink(img)
+        for kind in ('cold', 'warm'):
+            for i, what in enumerate(('seconds', 'cpu_seconds', 'reads')):
+                lv = statistics.median(x[kind][i] for x in live)
+                vv = statistics.median(x[kind][i] for x in view)
+                res['find_live_%s_%s' % (kind, what)] = lv
+                res['find_view_%s_%s' % (kind, what)] = vv
+                res['find_view_%s_%s_ratio' % (kind, what)] = \
+                    vv / lv if lv else None
+            self.log('  find %-4s live %.3f s, view %.3f s: %.2fx '
+                     '(daemon CPU %.2fx, read calls %.2fx)' %
+                     (kind, res['find_live_%s_seconds' % kind],
+                      res['find_view_%s_seconds' % kind],
+                      res['find_view_%s_seconds_ratio' % kind] or 0,
+                      res['find_view_%s_cpu_seconds_ratio' % kind] or 0,
+                      res['find_view_%s_reads_ratio' % kind] or 0))
+        if not keep:
+            os.unlink(img)
         return res
 
     # ------------------------------------------------------------ check
@@ -235,6 +259,9 @@ def main(argv):
     ap.add_argument('--reps', type=int, default=3)
     ap.add_argument('--workdir', default=None)
     ap.add_argument('--json', default=None, help='write results here')
+    ap.add_argument('--image', default=None,
+                    help='the find image: made here and kept if missing, '
+                    'else reused (to compare two builds on one image)')
     ap.add_argument('--no-check', action='store_true')
     ap.add_argument('--no-views', action='store_true')
     args = ap.parse_args(argv)
