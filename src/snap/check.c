@@ -1341,6 +1341,30 @@ static void report_ownership(struct checker *ck)
 
 /* ---- through the engine: what each snapshot preserved ---- */
 
+/*
+ * Count the blocks of [N, STOP) that are not set in MAP into *BAD (the
+ * first of all into *FIRST), run by run.  Blocks past MAP's end (a
+ * take-time bitmap of a smaller volume) are not set.
+ */
+static void count_unset(ext2fs_block_bitmap map, blk64_t n, blk64_t stop,
+			blk64_t *bad, blk64_t *first)
+{
+	blk64_t lim = ext2fs_get_block_bitmap_end2(map) + 1;
+	blk64_t cut = stop < lim ? stop : lim, zero;
+
+	while (n < stop) {
+		zero = n < cut ? run_end(map, 1, n, cut) : n;
+		if (zero >= stop)
+			break;
+		n = zero < cut ? run_end(map, 0, zero, cut) : stop;
+		if (n == lim)
+			n = stop;	/* unset on past the map's end */
+		if (!*bad)
+			*first = zero;
+		*bad += n - zero;
+	}
+}
+
 static void check_preserved(struct checker *ck, struct nx_volume *vol)
 {
 	struct nx_snapstore *store = vol->snap;
@@ -1365,9 +1389,8 @@ static void check_preserved(struct checker *ck, struct nx_volume *vol)
 		while (n <= end &&
 		       !ext2fs_find_first_set_block_bitmap2(s->mapped, n, end,
 							    &found)) {
-			if (!ext2fs_test_block_bitmap2(take, found) && !bad++)
-				first_bad = found;
-			n = found + 1;
+			n = run_end(s->mapped, 1, found, end + 1);
+			count_unset(take, found, n, &bad, &first_bad);
 		}
 		if (bad)
 			say(ck, NX_CHECK_ERROR, "snapshot '%s' preserves %llu "

@@ -471,6 +471,45 @@ START_TEST(test_check_finds_double_owned_block)
 }
 END_TEST
 
+/*
+ * A snapshot that maps blocks which were free when it was taken keeps
+ * something it never saw: check names the count and the first one.
+ */
+START_TEST(test_check_finds_preserved_free_blocks)
+{
+	struct findings f;
+	struct scene sc;
+	char path[256], want[160];
+	blk64_t n, p[2], k;
+	ext2_ino_t s1;
+	ext2_filsys fs;
+
+	nxt_root_cred(&root);
+	nxt_mkfs(path, nxt_flavours[_i], 32);
+	build_scene(path, &sc);
+	s1 = snap_ino(path, "s1");
+	fs = raw_open(path);
+	/* free now and never used: free at the take too */
+	n = ext2fs_blocks_count(fs->super) - 20;
+	for (k = 0; k < 2; k++) {
+		ck_assert(!ext2fs_test_block_bitmap2(fs->block_map, n + k));
+		ck_assert_int_eq(ext2fs_new_block2(fs, 0, NULL, &p[k]), 0);
+		ext2fs_block_alloc_stats2(fs, p[k], +1);
+		ck_assert_int_eq(ext2fs_bmap2(fs, s1, NULL, NULL,
+					      BMAP_SET | BMAP_ALLOC, n + k,
+					      NULL, &p[k]), 0);
+	}
+	raw_close(fs);
+
+	check(path, 0, &f);
+	snprintf(want, sizeof(want), "snapshot 's1' preserves 2 blocks that "
+		 "were free when it was taken (first: %llu)",
+		 (unsigned long long)n);
+	ck_assert_msg(strstr(f.text, want) != NULL, "%s", f.text);
+	nxt_unlink(path);
+}
+END_TEST
+
 START_TEST(test_check_clears_stale_feature)
 {
 	struct nx_check_result res;
@@ -1012,6 +1051,8 @@ int main(void)
 			    2 * NXT_NFLAVOURS);
 	tcase_add_loop_test(tc, test_check_repairs_flags, 0, NXT_NFLAVOURS);
 	tcase_add_loop_test(tc, test_check_finds_double_owned_block, 0,
+			    NXT_NFLAVOURS);
+	tcase_add_loop_test(tc, test_check_finds_preserved_free_blocks, 0,
 			    NXT_NFLAVOURS);
 	tcase_add_loop_test(tc, test_check_clears_stale_feature, 0,
 			    NXT_NFLAVOURS);
