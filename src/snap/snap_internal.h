@@ -26,6 +26,25 @@ errcode_t nx_blkmap_put(struct nx_blkmap *m, blk64_t key, blk64_t val);
 void nx_blkmap_clear(struct nx_blkmap *m);
 void nx_blkmap_free(struct nx_blkmap *m);
 
+/*
+ * A snapshot file's block map in memory (mapcache.c): runs of logical
+ * blocks -> physical blocks, sorted, valid while the device's write
+ * generation is GEN.
+ */
+struct nx_mapext {
+	blk64_t lblk;
+	blk64_t pblk;
+	blk64_t len;
+};
+
+struct nx_mapcache {
+	struct nx_mapext *ext;
+	size_t n, cap;
+	uint64_t gen;			/* nx_blkio_write_gen() at load */
+	int loaded;			/* and not seen stale since */
+	size_t misses;			/* lookups left to the device */
+};
+
 struct nx_snap {
 	ext2_ino_t ino;
 	uint32_t id;
@@ -35,6 +54,7 @@ struct nx_snap {
 	ext2fs_block_bitmap mapped;	/* logical blocks this snapshot maps */
 	struct nx_volume *view;		/* cached view (nx_snap_view_get), or NULL */
 	int prefetched;			/* nx_snap_prefetch_views() hinted it */
+	struct nx_mapcache map;		/* its file's map, cached (mapcache.c) */
 };
 
 struct nx_snapstore {
@@ -166,6 +186,18 @@ errcode_t nx_cow_set_active(struct nx_snapstore *store, struct nx_snap *snap,
 			    ext2fs_block_bitmap take_map);
 errcode_t nx_cow_init_fixed(struct nx_snapstore *store);
 errcode_t nx_cow_count_draws(struct nx_snapstore *store);
+
+/* mapcache.c */
+/*
+ * Where snapshot S's file maps logical block N: returns 1 with *PHYS and
+ * *LEN (the blocks from N on that continue on disk), or *PHYS = 0 and
+ * *LEN = 0 for a hole; returns 0 when the cache cannot answer (not worth
+ * loading yet, or stale): ask the file's map on the device.  Exact as the
+ * device is: any write since the load is a miss.  Live volume locked.
+ */
+int nx_mapcache_lookup(struct nx_snapstore *store, struct nx_snap *s,
+		       blk64_t n, blk64_t *phys, blk64_t *len);
+void nx_mapcache_free(struct nx_mapcache *c);
 
 /* snapview.c */
 /* The overwrite policy's view_plan (overwrite.h). */

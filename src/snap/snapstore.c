@@ -55,6 +55,7 @@ static void free_snap(struct nx_snap *s)
 	nx_snap_view_close(s->view);	/* callers retire views first */
 	if (s->mapped)
 		ext2fs_free_block_bitmap(s->mapped);
+	nx_mapcache_free(&s->map);
 	free(s);
 }
 

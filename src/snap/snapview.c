@@ -30,42 +30,6 @@ static int view_index(const struct view_ctx *v)
 	return i < v->store->nsnaps && v->store->snaps[i]->id == v->id ? i : -1;
 }
 
-/*
- * Physical block that holds N as snapshot IDX saw it.  Called with the
- * live volume locked.
- */
-errcode_t nx_snap_resolve(struct nx_snapstore *store, int idx, blk64_t n,
-			  blk64_t *phys)
-{
-	ext2_filsys fs = store->vol->fs;
-	errcode_t err;
-	int i;
-
-	*phys = n;
-	if (n < fs->super->s_first_data_block ||
-	    n >= ext2fs_blocks_count(fs->super))
-		return 0;
-	for (i = idx; i < store->nsnaps; i++) {
-		struct nx_snap *s = store->snaps[i];
-		blk64_t b = 0;
-
-		if (!ext2fs_test_block_bitmap2(s->mapped, n))
-			continue;
-		if (s == store->active && nx_pending_get(store, n, &b)) {
-			*phys = b;
-			return 0;
-		}
-		err = ext2fs_bmap2(fs, s->ino, NULL, NULL, 0, n, NULL, &b);
-		if (err)
-			return err;
-		if (b) {
-			*phys = b;
-			return 0;
-		}
-	}
-	return 0;
-}
-
 /* Mark a superblock read through a view as a snapshot image. */
 static void patch_superblock(struct view_ctx *v, char *buf, uint64_t off,
 			     uint64_t len)
@@ -141,6 +105,44 @@ static void moved_run(struct nx_snapstore *store, int idx, int i, blk64_t n,
 }
 
 /*
+ * Where snapshot S's file maps N: *PHYS onwards for *LEN blocks, or
+ * *PHYS = 0 for a hole.  From the cached map (mapcache.c) when it can
+ * answer, else one extent lookup on the device (block by block for a
+ * block-mapped file).
+ */
+static errcode_t file_run(struct nx_snapstore *store, struct nx_snap *s,
+			  blk64_t n, blk64_t *phys, blk64_t *len)
+{
+	ext2_filsys fs = store->vol->fs;
+	struct ext2fs_extent ex;
+	ext2_extent_handle_t h;
+	errcode_t err;
+
+	*phys = 0;
+	*len = 1;
+	if (nx_mapcache_lookup(store, s, n, phys, len))
+		return 0;
+	err = ext2fs_extent_open2(fs, s->ino, NULL, &h);
+	if (err == EXT2_ET_INODE_NOT_EXTENT)
+		return ext2fs_bmap2(fs, s->ino, NULL, NULL, 0, n, NULL, phys);
+	if (err)
+		return err;
+	err = ext2fs_extent_goto(h, n);
+	if (!err)
+		err = ext2fs_extent_get(h, EXT2_EXTENT_CURRENT, &ex);
+	ext2fs_extent_free(h);
+	if (err == EXT2_ET_EXTENT_NOT_FOUND || err == EXT2_ET_EXTENT_NO_NEXT)
+		return 0;	/* mapped bit, but a hole */
+	if (err)
+		return err;
+	if (n < ex.e_lblk || n >= ex.e_lblk + ex.e_len)
+		return 0;
+	*phys = ex.e_pblk + (n - ex.e_lblk);
+	*len = ex.e_lblk + ex.e_len - n;
+	return 0;
+}
+
+/*
  * nx_snap_resolve() for a run: the first *LEN (<= MAX, >= 1) blocks from
  * N all come from the same place - the same snapshot file's extent, or
  * the live device - and so resolve to *PHYS onwards.  One extent lookup
@@ -151,9 +153,7 @@ static errcode_t resolve_run(struct nx_snapstore *store, int idx, blk64_t n,
 			     blk64_t max, blk64_t *phys, blk64_t *len)
 {
 	ext2_filsys fs = store->vol->fs;
-	blk64_t count = ext2fs_blocks_count(fs->super), b, k;
-	struct ext2fs_extent ex;
-	ext2_extent_handle_t h;
+	blk64_t count = ext2fs_blocks_count(fs->super), b, k, got;
 	errcode_t err;
 	int i, j;
 
@@ -174,36 +174,13 @@ static errcode_t resolve_run(struct nx_snapstore *store, int idx, blk64_t n,
 				moved_run(store, idx, i, n, len, max);
 			return 0;	/* other pending entries: one at a time */
 		}
-		err = ext2fs_extent_open2(fs, s->ino, NULL, &h);
-		if (err == EXT2_ET_INODE_NOT_EXTENT) {
-			/* Block-mapped (ext2/3): block by block, as before. */
-			b = 0;
-			err = ext2fs_bmap2(fs, s->ino, NULL, NULL, 0, n, NULL,
-					   &b);
-			if (err)
-				return err;
-			if (!b)
-				continue;
-			*phys = b;
-			return 0;
-		}
+		err = file_run(store, s, n, &b, &got);
 		if (err)
 			return err;
-		err = ext2fs_extent_goto(h, n);
-		if (!err)
-			err = ext2fs_extent_get(h, EXT2_EXTENT_CURRENT, &ex);
-		ext2fs_extent_free(h);
-		if (err == EXT2_ET_EXTENT_NOT_FOUND ||
-		    err == EXT2_ET_EXTENT_NO_NEXT)
+		if (!b)
 			continue;	/* mapped bit, but a hole: next one */
-		if (err)
-			return err;
-		if (n < ex.e_lblk || n >= ex.e_lblk + ex.e_len)
-			continue;
-		*phys = ex.e_pblk + (n - ex.e_lblk);
-		*len = ex.e_lblk + ex.e_len - n;
-		if (*len > max)
-			*len = max;
+		*phys = b;
+		*len = got < max ? got : max;
 		/* Newer-first order: an older snapshot answering ends it. */
 		for (j = idx; j < i; j++)
 			cut_at_set(store->snaps[j]->mapped, n, len);
@@ -221,6 +198,18 @@ static errcode_t resolve_run(struct nx_snapstore *store, int idx, blk64_t n,
 	for (j = idx; j < store->nsnaps; j++)
 		cut_at_set(store->snaps[j]->mapped, n, len);
 	return 0;
+}
+
+/*
+ * Physical block that holds N as snapshot IDX saw it.  Called with the
+ * live volume locked.
+ */
+errcode_t nx_snap_resolve(struct nx_snapstore *store, int idx, blk64_t n,
+			  blk64_t *phys)
+{
+	blk64_t len;
+
+	return resolve_run(store, idx, n, 1, phys, &len);
 }
 
 /*
