@@ -76,8 +76,13 @@
  * NX_IOC_IMG_RUNS) runs from block start on, and where to go on.  For
  * "nextfs export --since" on a mounted volume.
  *
- * Numbers: 0xE5-0xE8 for receive, 0xE9 the identity, 0xF0-0xF2 for the
- * delta and image ioctls; 0xEA-0xEF are free.
+ * NX_IOC_SNAP_PENDING (any file or directory, anyone): deleted
+ * snapshots whose blocks the daemon is still handing over (snapshot.h,
+ * nx_snap_reclaim), and the blocks they still hold: what "nextfs info"
+ * shows and "nextfs snapshot delete --wait" waits for.
+ *
+ * Numbers: 0xE5-0xE8 for receive, 0xE9 the identity, 0xEA pending
+ * deletes, 0xF0-0xF2 for the delta and image ioctls; 0xEB-0xEF are free.
  */
 #ifndef NEXTFS_NXIOCTL_H
 #define NEXTFS_NXIOCTL_H
@@ -131,6 +136,14 @@ struct nx_ioc_volinfo {
 #define NX_IOC_GET_INOMAP	_IOR('N', 0xE1, struct nx_ioc_inomap)
 #define NX_IOC_SNAP_NEXT	_IOWR('N', 0xE2, struct nx_ioc_snap)
 #define NX_IOC_GET_VOLINFO	_IOR('N', 0xE3, struct nx_ioc_volinfo)
+
+struct nx_ioc_pending {
+	uint32_t snapshots;		/* deleted, hand-over not done */
+	uint32_t blocksize;
+	uint64_t blocks;		/* what they still hold */
+};
+
+#define NX_IOC_SNAP_PENDING	_IOR('N', 0xEA, struct nx_ioc_pending)
 
 /* The virtual directory of image files, at the root of the mount. */
 #define NX_IMGDIR_NAME		".snapshot-images"
