@@ -15,6 +15,9 @@
  * delete (freeing is fast, and so is handing over a few GiB), then ends
  * after the slice in progress: the rest stays on disk, and the next
  * mount goes on with it.
+ *
+ * NEXTFS_RECLAIM_SLOW=MS (for tests that must catch a hand-over in the
+ * middle: a kill, an unmount): slices of one run each, MS apart.
  */
 #include "nextfs/fuse_ops.h"
 
@@ -38,6 +41,8 @@ struct nx_reclaim {
 	int stop, kicked;
 	struct timespec stop_by;	/* with stop: finish until then */
 	struct nx_volume *vol;
+	unsigned slice_ms;		/* RECLAIM_SLICE_MS, 0 when slow */
+	struct timespec pause;		/* between two slices */
 };
 
 static int stopping(struct nx_reclaim *r)
@@ -57,19 +62,18 @@ static int stopping(struct nx_reclaim *r)
 /* Slices until nothing is left (0), a stop, or a failure (returned). */
 static errcode_t reclaim_until_done(struct nx_reclaim *r)
 {
-	struct timespec pause = { 0, RECLAIM_PAUSE_US * 1000L };
 	errcode_t err = 0;
 	int more = 1, worked = 0;
 
 	while (more && !stopping(r)) {
 		nx_volume_lock(r->vol);
-		err = nx_snap_reclaim(r->vol, RECLAIM_SLICE_MS, &more);
+		err = nx_snap_reclaim(r->vol, r->slice_ms, &more);
 		worked = 1;
 		nx_volume_unlock(r->vol);
 		if (err)
 			break;
 		if (more)
-			nanosleep(&pause, NULL);
+			nanosleep(&r->pause, NULL);
 	}
 	/* Done: make it durable now rather than at the next commit. */
 	if (!err && worked && !more) {
@@ -119,10 +123,18 @@ static void *reclaim_main(void *arg)
 int nx_fuse_reclaim_start(struct nx_fuse *fs)
 {
 	struct nx_reclaim *r = calloc(1, sizeof(*r));
+	const char *slow = getenv("NEXTFS_RECLAIM_SLOW");
 
 	if (!r)
 		return ENOMEM;
 	r->vol = fs->vol;
+	r->slice_ms = RECLAIM_SLICE_MS;
+	r->pause.tv_nsec = RECLAIM_PAUSE_US * 1000L;
+	if (slow && atoi(slow) > 0) {
+		r->slice_ms = 0;
+		r->pause.tv_sec = atoi(slow) / 1000;
+		r->pause.tv_nsec = (atoi(slow) % 1000) * 1000000L;
+	}
 	r->kicked = 1;		/* the mount may find work left */
 	pthread_mutex_init(&r->mu, NULL);
 	pthread_cond_init(&r->cv, NULL);

@@ -1084,6 +1084,20 @@ static int fix_list(struct checker *ck, void *arg)
 	return 0;
 }
 
+/*
+ * The active snapshot: the newest one not being deleted (a deleted one
+ * stays on the list until its blocks are handed over), or 0.
+ */
+static ext2_ino_t newest_live(struct checker *ck)
+{
+	int i;
+
+	for (i = 0; i < ck->nreal; i++)
+		if (!(ck->real[i]->inode.i_flags & EXT4_SNAPFILE_DELETED_FL))
+			return ck->real[i]->ino;
+	return 0;
+}
+
 static int fix_super_fields(struct checker *ck, void *arg)
 {
 	struct ext2_super_block *sb = ck->fs->super;
@@ -1091,7 +1105,7 @@ static int fix_super_fields(struct checker *ck, void *arg)
 
 	if (ck->nreal) {
 		ext2fs_set_feature_has_snapshot(sb);
-		sb->s_snapshot_inum = ck->real[0]->ino;
+		sb->s_snapshot_inum = newest_live(ck);
 		if (sb->s_snapshot_id < maxid)
 			sb->s_snapshot_id = maxid;
 	} else {
@@ -1134,7 +1148,7 @@ static void check_list_and_super(struct checker *ck)
 			"newest first", ck->list_problem,
 			ck->list_problem[0] ? "; it " : "", ck->nreal);
 	if (ck->nreal)
-		super_ok = has && sb->s_snapshot_inum == ck->real[0]->ino &&
+		super_ok = has && sb->s_snapshot_inum == newest_live(ck) &&
 			   sb->s_snapshot_id >= maxid;
 	else
 		super_ok = !has && !sb->s_snapshot_inum &&

@@ -1,0 +1,135 @@
+#!/usr/bin/env python3
+"""A snapshot delete is done at once; its hand-over runs in the background.
+
+Run once (flavour-independent: the hand-over's own slicing and resuming
+is covered on every flavour by the unit tests, test_snapdelete.c and
+test_crash.c).
+
+Snapshot S in the middle holds a file F of many small extents that the
+older snapshot 'old' still shows (F was unlinked after both takes), so
+deleting S hands them all over to 'old'.  The daemon runs with
+NEXTFS_RECLAIM_SLOW (one extent per slice, slices apart), so that the
+hand-over is caught in the middle:
+
+- the rmdir returns with S gone from .snapshots and its name free (a new
+  S is taken at once), "nextfs info --json" shows the pending delete, and
+  'old' and the newer 'new' read what they read at their takes;
+- the daemon is killed (SIGKILL) in the middle of it and the volume
+  mounted again: both still read what they did (docs/design.md P10),
+  and the hand-over finishes;
+- a second delete is left in the middle by an unmount: the offline
+  tools read the volume as it is (nextfs info, nextfs check, an export
+  of 'old' that stock e2fsck passes, e2fsck with HAS_SNAPSHOT masked),
+  and "nextfs snapshot delete --wait" on the next mount returns once
+  nothing is pending.
+"""
+
+import json
+import os
+import subprocess
+import time
+
+import nxharness as nx
+import nxsnap
+from nxsnap import snap_dir, snap_manifest
+
+CHUNK = 64 * 1024
+CHUNKS = 200                # extents of F: slices of the hand-over
+
+
+def nextfs(*args, check=True):
+    return nx.run([nx.tool_path()] + list(args), check=check)
+
+
+def pending(target):
+    info = json.loads(nextfs('info', '--json', target).stdout)
+    return info['pending_deletes']
+
+
+class HandoverTest(nx.NxTestCase):
+
+    def fragmented(self, m, name, chunks, seed):
+        """NAME and G (appended) in alternate chunks: NAME's blocks are
+        CHUNKS extents."""
+        with open(m.p(name), 'wb') as f, open(m.p('G'), 'ab') as g:
+            for i in range(chunks):
+                for h, k in ((f, seed + i), (g, seed + 5000 + i)):
+                    h.write(nx.pattern(CHUNK, k))
+                    h.flush()
+                    os.fsync(h.fileno())
+
+    def build(self, m):
+        """Files, 'old', S (holding F after the unlink), 'new'."""
+        nx.write_file(m.p('a'), nx.pattern(300000, 1))
+        self.fragmented(m, 'F', CHUNKS, 100)
+        os.mkdir(snap_dir(m, 'old'))
+        mans = {'old': snap_manifest(m, 'old')}
+        nx.write_file(m.p('a'), nx.pattern(300000, 2))
+        os.mkdir(snap_dir(m, 'S'))
+        os.unlink(m.p('F'))             # F's blocks move into S
+        with open(m.p('G'), 'r+b') as g:
+            g.write(nx.pattern(CHUNK * 8, 3))
+        os.mkdir(snap_dir(m, 'new'))
+        mans['new'] = snap_manifest(m, 'new')
+        return mans
+
+    def check_snapshots(self, m, mans, what):
+        for name, man in mans.items():
+            self.assertTreesEqual(man, snap_manifest(m, name),
+                                  '%s: snapshot %s' % (what, name))
+
+    def test_delete_in_the_background(self):
+        img = self.make_image('160M')
+        with nx.environment(NEXTFS_RECLAIM_SLOW='20'):
+            with nx.mounted(img, check=False) as m:
+                mans = self.build(m)
+                os.rmdir(snap_dir(m, 'S'))
+                # gone and free at once, the hand-over still running
+                self.assertNotIn('S', os.listdir(snap_dir(m)))
+                p = pending(m.path)
+                self.assertEqual(p['snapshots'], 1)
+                self.assertGreater(p['held_bytes'], CHUNK * CHUNKS)
+                os.mkdir(snap_dir(m, 'S'))
+                mans['S'] = snap_manifest(m, 'S')
+                self.check_snapshots(m, mans, 'hand-over running')
+                self.assertEqual(pending(m.path)['snapshots'], 1)
+                m.kill()
+                nx.run([nx.FUSERMOUNT, '-u', '-z', m.path], check=False)
+        # the next mount finishes what the killed daemon left
+        with nx.mounted(img, check=False) as m:
+            self.check_snapshots(m, mans, 'after kill -9 and a mount')
+            nextfs('snapshot', 'delete', '--wait', m.path, 'new')
+            del mans['new']
+            self.assertEqual(pending(m.path),
+                             {'snapshots': 0, 'held_bytes': 0})
+            self.check_snapshots(m, mans, 'after delete --wait')
+        # an unmount in the middle of a hand-over leaves it on disk (it
+        # goes on for 2 s, then stops: here one extent a second)
+        with nx.environment(NEXTFS_RECLAIM_SLOW='1000'):
+            with nx.mounted(img, check=False) as m:
+                self.fragmented(m, 'b', 20, 7)
+                os.mkdir(snap_dir(m, 'T'))
+                os.unlink(m.p('b'))
+                os.rmdir(snap_dir(m, 'T'))
+        self.assertEqual(pending(img)['snapshots'], 1)
+        nextfs('check', img)
+        rc, out = nxsnap.fsck_masked(img)
+        self.assertEqual(rc, 0, out)
+        exp = os.path.join(os.path.dirname(img), 'old.img')
+        nextfs('export', img, 'old', exp)
+        rc, out = nx.fsck(exp)
+        self.assertEqual(rc, 0, out)
+        os.unlink(exp)
+        with nx.mounted(img, check=False) as m:
+            self.check_snapshots(m, mans, 'after an unmount in the middle')
+            nextfs('snapshot', 'delete', '--wait', m.path, 'S')
+            self.assertEqual(pending(m.path)['snapshots'], 0)
+            os.rmdir(snap_dir(m, 'old'))
+        self.assertEqual(pending(img)['snapshots'], 0)
+        self.assertFalse(nxsnap.has_snapshot_flag(img))
+        rc, out = nx.fsck(img)
+        self.assertEqual(rc, 0, out)
+
+
+if __name__ == '__main__':
+    nx.main()
