@@ -98,6 +98,8 @@ def parse_args(argv):
     ap.add_argument('--send-files', type=int,
                     help='files (about 64 KiB each) in the send tree '
                     '(default 4000, --quick 1000)')
+    ap.add_argument('--no-delete', action='store_true',
+                    help='skip the snapshot delete hand-over (issue 30)')
     ap.add_argument('--no-receive', action='store_true',
                     help='skip nextfs receive against cp -a')
     ap.add_argument('--no-aged', action='store_true',
@@ -381,6 +383,7 @@ def main(argv):
                 log('[rep %d/%d] nextfs ls -la .snapshots' % (rep + 1, reps))
                 res['snapdir'].append(snapbench.run_snapdir(
                     tracker, params, workdir, fuse_bin, cli, log))
+            if 'nextfs' in systems and not args.no_delete:
                 log('[rep %d/%d] nextfs snapshot delete: hand-over of %s '
                     'GiB' % (rep + 1, reps, ', '.join(
                         str(g) for g in params['delete_gib'])))
