@@ -29,7 +29,7 @@
 #include "nextfs/snapshot.h"
 #include "fuse_internal.h"
 
-#define RECLAIM_SLICE_MS	20
+#define RECLAIM_SLICE_MS	10
 #define RECLAIM_PAUSE_US	2000
 #define RECLAIM_RETRY_S		5
 #define RECLAIM_UMOUNT_MS	2000

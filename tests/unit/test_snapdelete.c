@@ -205,7 +205,7 @@ static void reclaim_some(struct run *r)
 {
 	int more = 1, k;
 
-	switch (getenv("RMODE") ? atoi(getenv("RMODE")) : next_rand(r) % 3) {
+	switch (next_rand(r) % 3) {
 	case 0:
 		break;
 	case 1:
@@ -497,6 +497,70 @@ START_TEST(test_delete_hands_over_reused_copies)
 }
 END_TEST
 
+/*
+ * _i: flavour.  The hand-over of a delete, slice by slice: the name is
+ * free at once (a take may reuse it while the old one's blocks are still
+ * being handed over), every slice of budget 0 (one run) leaves less
+ * pending and every kept snapshot as it was, and what is pending when the
+ * volume closes is found and finished after the next open.
+ */
+START_TEST(test_handover_slices_and_resume)
+{
+	struct run r = { 0 };
+	blk64_t held, before;
+	int snaps, more = 1, slices = 0;
+
+	nxt_root_cred(&r.root);
+	r.seed = 77 + _i;
+	nxt_mkfs(r.path, nxt_flavours[_i], 64);
+	r.vol = nxt_open(r.path);
+	r.big = new_file(&r, "big");
+	r.lib = new_file(&r, "lib");
+	change(&r, 80);
+	take(&r);			/* s0: what s1 hands over to */
+	change(&r, 80);
+	take(&r);			/* s1 */
+	change(&r, 80);			/* s1 keeps what this changes */
+	take(&r);			/* s2 */
+	ck_assert_int_eq(nx_snap_delete(r.vol, "s1"), 0);
+	forget(&r, 1);
+	nx_snap_pending(r.vol, &snaps, &held);
+	ck_assert_int_eq(snaps, 1);
+	ck_assert_uint_gt(held, 0);
+	/* The name is free: a new s1, while the old one is pending. */
+	ck_assert_int_eq(nx_snap_find(r.vol, "s1", NULL), ENOENT);
+	change(&r, 10);
+	r.taken = 1;
+	take(&r);
+	ck_assert_str_eq(r.snaps[r.nsnaps - 1].name, "s1");
+	check_all(&r, "with the hand-over pending");
+	/* A few slices, each leaving less. */
+	while (more && slices < 3) {
+		before = held;
+		ck_assert_int_eq(nx_snap_reclaim(r.vol, 0, &more), 0);
+		nx_snap_pending(r.vol, &snaps, &held);
+		ck_assert_uint_lt(held, before);
+		slices++;
+		check_all(&r, "after a slice");
+	}
+	ck_assert_msg(more, "the hand-over took fewer than 4 slices");
+	/* Closed in the middle: the next open finds and finishes it. */
+	remount(&r);
+	nx_snap_pending(r.vol, &snaps, &held);
+	ck_assert_int_eq(snaps, 1);
+	ck_assert_int_eq(nx_snap_reclaim_all(r.vol), 0);
+	nx_snap_pending(r.vol, &snaps, &held);
+	ck_assert_int_eq(snaps, 0);
+	check_all(&r, "after the hand-over");
+	remount(&r);
+	while (r.nsnaps)
+		delete_now(&r, 0);
+	ck_assert(!ext2fs_has_feature_has_snapshot(r.vol->fs->super));
+	ck_assert_int_eq(nxt_close_and_fsck(r.vol, r.path), 0);
+	nxt_unlink(r.path);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("snapdelete");
@@ -506,6 +570,8 @@ int main(void)
 	tcase_add_loop_test(tc, test_delete_keeps_every_block, 0,
 			    NXT_NFLAVOURS);
 	tcase_add_loop_test(tc, test_delete_hands_over_reused_copies, 0,
+			    NXT_NFLAVOURS);
+	tcase_add_loop_test(tc, test_handover_slices_and_resume, 0,
 			    NXT_NFLAVOURS);
 	suite_add_tcase(s, tc);
 	return nxt_run_suite(s);
