@@ -207,13 +207,16 @@ errcode_t nx_snap_delete(struct nx_volume *vol, const char *name)
 /* ------------------------------------------------------------------ */
 /* One slice.                                                           */
 
+/*
+ * Add [N, N + LEN) at B to the slice.  An extent comes whole (at most
+ * 32 Ki blocks), so that the slice's end never cuts one: a whole extent
+ * that moves leaves S's map in one change (unmap_moved_extents).
+ */
 static errcode_t add_run(struct nx_handover *h, blk64_t n, blk64_t b,
 			 blk64_t len)
 {
 	struct ho_run *r = h->nruns ? &h->runs[h->nruns - 1] : NULL;
 
-	if (len > SLICE_BLOCKS - h->nblocks)
-		len = SLICE_BLOCKS - h->nblocks;
 	h->nblocks += len;
 	if (r && r->n + r->len == n && r->b + r->len == b) {
 		r->len += len;
@@ -385,6 +388,67 @@ static errcode_t adopt_runs(struct nx_snapstore *store, struct nx_handover *h,
 		e2 = nx_inode_write(store->vol, t->ino, &inode);
 		if (!err)
 			err = e2;
+	}
+	return err;
+}
+
+/*
+ * Is every block of [B, B + LEN) set in MAP?  (Test the first: the
+ * rb-tree bitmaps of libext2fs 1.47.0 find no zero at all in a bitmap
+ * with nothing set.)
+ */
+static int all_set(ext2fs_block_bitmap map, blk64_t b, blk64_t len)
+{
+	blk64_t hit;
+
+	return ext2fs_test_block_bitmap2(map, b) &&
+	       ext2fs_find_first_zero_block_bitmap2(map, b, b + len - 1,
+						    &hit) == ENOENT;
+}
+
+/*
+ * The extents at the start of extent-mapped S that lie below END and
+ * were moved whole (H->keep): out of S's map without freeing their
+ * blocks, one extent change each.  Freeing them in the punch below and
+ * taking each block back costs two allocator calls per block, most of
+ * a hand-over's time.  Stops at the first extent that is not such.
+ */
+static errcode_t unmap_moved_extents(struct nx_snapstore *store,
+				     struct nx_snap *s, struct nx_handover *h,
+				     blk64_t end)
+{
+	ext2_filsys fs = store->vol->fs;
+	struct ext2_inode_large inode;
+	struct ext2fs_extent ex;
+	ext2_extent_handle_t eh;
+	blk64_t gone = 0;
+	errcode_t err;
+
+	err = ext2fs_extent_open2(fs, s->ino, NULL, &eh);
+	if (err)
+		return err == EXT2_ET_INODE_NOT_EXTENT ? 0 : err;
+	for (;;) {
+		err = ext2fs_extent_get(eh, EXT2_EXTENT_ROOT, &ex);
+		while (!err && !(ex.e_flags & EXT2_EXTENT_FLAGS_LEAF))
+			err = ext2fs_extent_get(eh, EXT2_EXTENT_NEXT, &ex);
+		if (err || !ex.e_len || ex.e_lblk + ex.e_len > end ||
+		    !all_set(h->keep, ex.e_pblk, ex.e_len))
+			break;
+		err = ext2fs_extent_delete(eh, 0);
+		if (err)
+			break;
+		gone += ex.e_len;
+	}
+	ext2fs_extent_free(eh);
+	if (err == EXT2_ET_EXTENT_NO_NEXT || err == EXT2_ET_NO_CURRENT_NODE)
+		err = 0;
+	if (!gone)
+		return err;
+	/* The data blocks are the target's now: off S's count. */
+	if (!nx_inode_read(store->vol, s->ino, &inode)) {
+		ext2fs_iblk_sub_blocks(fs, (struct ext2_inode *)&inode, gone);
+		if (!err)
+			err = nx_inode_write(store->vol, s->ino, &inode);
 	}
 	return err;
 }
@@ -589,7 +653,9 @@ errcode_t nx_snap_reclaim(struct nx_volume *vol, unsigned budget_ms,
 	ext2fs_clear_block_bitmap(h->keep);
 	err = adopt_runs(store, h, deadline, &end);
 	/* What was mapped into the target leaves S also after an error. */
-	e2 = punch_done(store, h->from, h, end);
+	e2 = unmap_moved_extents(store, h->from, h, end);
+	if (!e2)
+		e2 = punch_done(store, h->from, h, end);
 	if (!err)
 		err = e2;
 	e2 = nx_blkio_end_batch(vol->io);
