@@ -99,31 +99,51 @@ def _stats(ms):
             'p99': s[min(len(s) - 1, int(len(s) * 0.99))], 'max': s[-1]}
 
 
-def _one_size(tracker, params, workdir, fuse_bin, gib, probe, log):
+def _allocate(mnt, gib, frag):
+    """F of GIB, fallocate'd: whole (a few large extents), or with FRAG
+    in 64 KiB pieces that alternate with a file G's (an extent each:
+    like a file overwritten at random under hourly snapshots)."""
+    f = os.path.join(mnt, 'F')
+    fd = os.open(f, os.O_WRONLY | os.O_CREAT, 0o644)
+    gd = os.open(os.path.join(mnt, 'G'), os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        if not frag:
+            os.posix_fallocate(fd, 0, gib * GIB)
+            return
+        piece = 64 << 10
+        for off in range(0, gib * GIB, piece):
+            os.posix_fallocate(fd, off, piece)
+            os.posix_fallocate(gd, off, piece)
+    finally:
+        os.close(fd)
+        os.close(gd)
+
+
+def _one_size(tracker, params, workdir, fuse_bin, gib, probe, log,
+              frag=False):
     img = os.path.join(workdir, 'del%d.img' % gib)
     mnt = os.path.join(workdir, 'del%d.mnt' % gib)
     # room for F and what the snapshots keep of the rest
-    mounts.make_image(params['mkimages'], img, (gib + 1) * GIB, lazy=True)
+    mounts.make_image(params['mkimages'], img,
+                      ((2 if frag else 1) * gib + 1) * GIB, lazy=True)
     m = tracker.mount('nextfs', img, mnt, img + '.log', fuse_bin,
                       timeout=params['timeout'])
-    out = {'gib': gib}
+    out = {'gib': gib, 'fragmented': frag}
     try:
         f = os.path.join(m.mnt, 'F')
-        fd = os.open(f, os.O_WRONLY | os.O_CREAT, 0o644)
-        try:
-            os.posix_fallocate(fd, 0, gib * GIB)
-        finally:
-            os.close(fd)
+        _allocate(m.mnt, gib, frag)
         os.mkdir(os.path.join(m.mnt, '.snapshots', 'P'))
         os.mkdir(os.path.join(m.mnt, '.snapshots', 'S'))
         os.unlink(f)
-        # commit now (fsync of the root: a commit in the daemon), so that
-        # the rmdir below is timed alone, not behind the unlink's commit
-        dfd = os.open(m.mnt, os.O_RDONLY | os.O_DIRECTORY)
+        # commit now (an fsync: the unlink's moves go into S's map), so
+        # that the rmdir below is timed alone, not behind that commit
+        fd = os.open(os.path.join(m.mnt, 'sync'), os.O_WRONLY | os.O_CREAT,
+                     0o644)
         try:
-            os.fsync(dfd)
+            os.write(fd, b'x')
+            os.fsync(fd)
         finally:
-            os.close(dfd)
+            os.close(fd)
         time.sleep(1.5)             # and past the commit timer's tick
         prober = None
         if probe:
@@ -158,8 +178,9 @@ def _one_size(tracker, params, workdir, fuse_bin, gib, probe, log):
         if st.st_size != gib * GIB:
             raise BenchError('P/F has %d bytes, not %d' %
                              (st.st_size, gib * GIB))
-        log('  %d GiB: rmdir %.3f s, hand-over %.2f s (%.3f s/GiB)' % (
-            gib, out['rmdir_seconds'], out['handover_seconds'],
+        log('  %d GiB%s: rmdir %.3f s, hand-over %.2f s (%.3f s/GiB)' % (
+            gib, ' in 64 KiB extents' if frag else '',
+            out['rmdir_seconds'], out['handover_seconds'],
             out['handover_s_per_gib']))
     finally:
         tracker.unmount(m)
@@ -175,6 +196,9 @@ def run_delete(tracker, params, workdir, fuse_bin, log):
         for gib in sizes:
             res['sizes'].append(_one_size(tracker, params, workdir,
                                           fuse_bin, gib, gib == 4, log))
+        # the same, F in 64 KiB extents (one change of each map per run)
+        res['sizes'].append(_one_size(tracker, params, workdir, fuse_bin,
+                                      1, False, log, frag=True))
     except (BenchError, OSError) as e:
         res['error'] = str(e)
     return res
@@ -202,11 +226,16 @@ def print_table(res, out, fmt):
         return
     out.write('\nsnapshot delete that hands a file of SIZE over to an older '
               'snapshot (target <= %g s/GiB)\n' % HANDOVER_S_PER_GIB_MAX)
-    for gib in sorted({s['gib'] for r in runs for s in r['sizes']}):
-        rows = [s for r in runs for s in r['sizes'] if s['gib'] == gib]
+    kinds = sorted({(s.get('fragmented', False), s['gib'])
+                    for r in runs for s in r['sizes']})
+    for frag, gib in kinds:
+        rows = [s for r in runs for s in r['sizes'] if s['gib'] == gib and
+                s.get('fragmented', False) == frag]
         per = _median([s.get('handover_s_per_gib') for s in rows])
-        out.write('  %3d GiB: rmdir %s s, hand-over %s s = %s s/GiB  %s\n' % (
-            gib, fmt(_median([s.get('rmdir_seconds') for s in rows])),
+        out.write('  %3d GiB%s: rmdir %s s, hand-over %s s = %s s/GiB  '
+                  '%s\n' % (
+            gib, ' in 64 KiB extents' if frag else '',
+            fmt(_median([s.get('rmdir_seconds') for s in rows])),
             fmt(_median([s.get('handover_seconds') for s in rows])),
             fmt(per), 'PASS' if per is not None and
             per <= HANDOVER_S_PER_GIB_MAX else 'MISS'))

@@ -406,6 +406,17 @@ static int all_set(ext2fs_block_bitmap map, blk64_t b, blk64_t len)
 						    &hit) == ENOENT;
 }
 
+/* The first extent of the map (EXT2_ET_EXTENT_NO_NEXT: none). */
+static errcode_t first_leaf_extent(ext2_extent_handle_t eh,
+				   struct ext2fs_extent *ex)
+{
+	errcode_t err = ext2fs_extent_get(eh, EXT2_EXTENT_ROOT, ex);
+
+	while (!err && !(ex->e_flags & EXT2_EXTENT_FLAGS_LEAF))
+		err = ext2fs_extent_get(eh, EXT2_EXTENT_NEXT, ex);
+	return err;
+}
+
 /*
  * The extents at the start of extent-mapped S that lie below END and
  * were moved whole (H->keep): out of S's map without freeing their
@@ -421,23 +432,29 @@ static errcode_t unmap_moved_extents(struct nx_snapstore *store,
 	struct ext2_inode_large inode;
 	struct ext2fs_extent ex;
 	ext2_extent_handle_t eh;
-	blk64_t gone = 0;
+	blk64_t gone = 0, next = 0;
 	errcode_t err;
 
 	err = ext2fs_extent_open2(fs, s->ino, NULL, &eh);
 	if (err)
 		return err == EXT2_ET_INODE_NOT_EXTENT ? 0 : err;
-	for (;;) {
-		err = ext2fs_extent_get(eh, EXT2_EXTENT_ROOT, &ex);
-		while (!err && !(ex.e_flags & EXT2_EXTENT_FLAGS_LEAF))
-			err = ext2fs_extent_get(eh, EXT2_EXTENT_NEXT, &ex);
-		if (err || !ex.e_len || ex.e_lblk + ex.e_len > end ||
-		    !all_set(h->keep, ex.e_pblk, ex.e_len))
-			break;
+	err = first_leaf_extent(eh, &ex);
+	while (!err && ex.e_len && ex.e_lblk >= next &&
+	       ex.e_lblk + ex.e_len <= end &&
+	       all_set(h->keep, ex.e_pblk, ex.e_len)) {
 		err = ext2fs_extent_delete(eh, 0);
 		if (err)
 			break;
 		gone += ex.e_len;
+		next = ex.e_lblk + ex.e_len;
+		/*
+		 * The next extent slid into the deleted one's place, unless
+		 * that emptied the leaf (then libext2fs removed it): from the
+		 * root again.
+		 */
+		err = ext2fs_extent_get(eh, EXT2_EXTENT_CURRENT, &ex);
+		if (err || !(ex.e_flags & EXT2_EXTENT_FLAGS_LEAF))
+			err = first_leaf_extent(eh, &ex);
 	}
 	ext2fs_extent_free(eh);
 	if (err == EXT2_ET_EXTENT_NO_NEXT || err == EXT2_ET_NO_CURRENT_NODE)
