@@ -5,9 +5,9 @@ Run once (flavour-independent: the hand-over's own slicing and resuming
 is covered on every flavour by the unit tests, test_snapdelete.c and
 test_crash.c).
 
-Snapshot S in the middle holds a file F of many small extents that the
-older snapshot 'old' still shows (F was unlinked after both takes), so
-deleting S hands them all over to 'old'.  The daemon runs with
+Snapshot S in the middle holds every other 64 KiB chunk of a file F
+(punched out after both takes), which the older snapshot 'old' still
+shows, so deleting S hands 200 extents over to 'old'.  The daemon runs with
 NEXTFS_RECLAIM_SLOW (one extent per slice, slices apart), so that the
 hand-over is caught in the middle:
 
@@ -34,7 +34,8 @@ import nxsnap
 from nxsnap import snap_dir, snap_manifest
 
 CHUNK = 64 * 1024
-CHUNKS = 200                # extents of F: slices of the hand-over
+CHUNKS = 400                # every other one: extents S hands over
+PUNCH = 0x02 | 0x01         # FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE
 
 
 def nextfs(*args, check=True):
@@ -48,27 +49,22 @@ def pending(target):
 
 class HandoverTest(nx.NxTestCase):
 
-    def fragmented(self, m, name, chunks, seed):
-        """NAME and G (appended) in alternate chunks: NAME's blocks are
-        CHUNKS extents."""
-        with open(m.p(name), 'wb') as f, open(m.p('G'), 'ab') as g:
-            for i in range(chunks):
-                for h, k in ((f, seed + i), (g, seed + 5000 + i)):
-                    h.write(nx.pattern(CHUNK, k))
-                    h.flush()
-                    os.fsync(h.fileno())
-
     def build(self, m):
-        """Files, 'old', S (holding F after the unlink), 'new'."""
+        """Files, 'old', S (holding every other chunk of F), 'new'."""
         nx.write_file(m.p('a'), nx.pattern(300000, 1))
-        self.fragmented(m, 'F', CHUNKS, 100)
+        nx.write_file(m.p('F'), nx.pattern(CHUNK * CHUNKS, 100))
         os.mkdir(snap_dir(m, 'old'))
         mans = {'old': snap_manifest(m, 'old')}
         nx.write_file(m.p('a'), nx.pattern(300000, 2))
         os.mkdir(snap_dir(m, 'S'))
-        os.unlink(m.p('F'))             # F's blocks move into S
-        with open(m.p('G'), 'r+b') as g:
-            g.write(nx.pattern(CHUNK * 8, 3))
+        # Every other chunk of F moves into S: extents of S that the
+        # chunks F keeps separate, whatever the allocator chose.
+        fd = os.open(m.p('F'), os.O_RDWR)
+        try:
+            for i in range(0, CHUNKS, 2):
+                nx.fallocate(fd, PUNCH, i * CHUNK, CHUNK)
+        finally:
+            os.close(fd)
         os.mkdir(snap_dir(m, 'new'))
         mans['new'] = snap_manifest(m, 'new')
         return mans
@@ -88,7 +84,7 @@ class HandoverTest(nx.NxTestCase):
                 self.assertNotIn('S', os.listdir(snap_dir(m)))
                 p = pending(m.path)
                 self.assertEqual(p['snapshots'], 1)
-                self.assertGreater(p['held_bytes'], CHUNK * CHUNKS)
+                self.assertGreater(p['held_bytes'], CHUNK * CHUNKS // 2)
                 os.mkdir(snap_dir(m, 'S'))
                 mans['S'] = snap_manifest(m, 'S')
                 self.check_snapshots(m, mans, 'hand-over running')
@@ -97,6 +93,8 @@ class HandoverTest(nx.NxTestCase):
                 nx.run([nx.FUSERMOUNT, '-u', '-z', m.path], check=False)
         # the next mount finishes what the killed daemon left
         with nx.mounted(img, check=False) as m:
+            self.assertEqual(sorted(os.listdir(snap_dir(m))),
+                             ['S', 'new', 'old'])
             self.check_snapshots(m, mans, 'after kill -9 and a mount')
             nextfs('snapshot', 'delete', '--wait', m.path, 'new')
             del mans['new']
@@ -104,14 +102,17 @@ class HandoverTest(nx.NxTestCase):
                              {'snapshots': 0, 'held_bytes': 0})
             self.check_snapshots(m, mans, 'after delete --wait')
         # an unmount in the middle of a hand-over leaves it on disk (it
-        # goes on for 2 s, then stops: here one extent a second)
+        # goes on for 2 s, then stops: here a slice a second, and each
+        # deleted snapshot takes two at least)
         with nx.environment(NEXTFS_RECLAIM_SLOW='1000'):
             with nx.mounted(img, check=False) as m:
-                self.fragmented(m, 'b', 20, 7)
-                os.mkdir(snap_dir(m, 'T'))
-                os.unlink(m.p('b'))
-                os.rmdir(snap_dir(m, 'T'))
-        self.assertEqual(pending(img)['snapshots'], 1)
+                for i in range(4):
+                    nx.write_file(m.p('b'), nx.pattern(CHUNK, 7 + i))
+                    os.mkdir(snap_dir(m, 'T%d' % i))
+                    os.unlink(m.p('b'))
+                for i in range(4):
+                    os.rmdir(snap_dir(m, 'T%d' % i))
+        self.assertGreaterEqual(pending(img)['snapshots'], 1)
         nextfs('check', img)
         rc, out = nxsnap.fsck_masked(img)
         self.assertEqual(rc, 0, out)
