@@ -97,7 +97,9 @@ static int name_taken(struct nx_snapstore *store, const char *name)
 
 /*
  * Give S's entry in /.snapshots a name no snapshot has and that is not
- * AVOID: ".deleted-ID", with a counter if a user chose that name.
+ * AVOID: ".deleted-ID", with a counter if a user chose that name.  The
+ * new name first: linking may need a new directory block, and when that
+ * fails (a full volume) nothing has changed yet.
  */
 static errcode_t rename_entry(struct nx_snapstore *store, struct nx_snap *s,
 			      const char *avoid)
@@ -114,15 +116,16 @@ static errcode_t rename_entry(struct nx_snapstore *store, struct nx_snap *s,
 			snprintf(name, sizeof(name), ".deleted-%u", s->id);
 		k++;
 	} while (!strcmp(name, avoid) || name_taken(store, name));
+	err = nx_snap_link_name(fs, store->dir, name, s->ino,
+				EXT2_FT_REG_FILE);
+	if (err)
+		return err;
 	err = ext2fs_unlink(fs, store->dir, s->name, s->ino, 0);
 	/* (an unnamed snapshot: libext2fs says "no space" for not found) */
 	if (err && err != EXT2_ET_DIR_NO_SPACE)
 		return err;
-	err = nx_snap_link_name(fs, store->dir, name, s->ino,
-				EXT2_FT_REG_FILE);
-	if (!err)
-		memcpy(s->name, name, strlen(name) + 1);
-	return err;
+	memcpy(s->name, name, strlen(name) + 1);
+	return 0;
 }
 
 errcode_t nx_handover_free_name(struct nx_snapstore *store, const char *name)
@@ -154,10 +157,7 @@ static errcode_t mark_deleted(struct nx_snapstore *store, struct nx_snap *s)
 	if (err)
 		return err;
 	inode.i_flags |= EXT4_SNAPFILE_DELETED_FL;
-	err = nx_inode_write(store->vol, s->ino, &inode);
-	if (!err)
-		err = rename_entry(store, s, "");
-	return err;
+	return nx_inode_write(store->vol, s->ino, &inode);
 }
 
 /*
@@ -172,7 +172,9 @@ errcode_t nx_snap_delete(struct nx_volume *vol, const char *name)
 {
 	struct nx_snapstore *store = vol->snap;
 	ext2_filsys fs = vol->fs;
-	struct nx_snap *s, *older;
+	blk64_t reserve = fs->super->s_snapshot_r_blocks_count;
+	struct nx_snap *s, *older = NULL;
+	int was_active;
 	errcode_t err;
 
 	if (!store || !(s = nx_snap_by_name(store, name)))
@@ -182,19 +184,32 @@ errcode_t nx_snap_delete(struct nx_volume *vol, const char *name)
 	err = nx_cow_apply_pending(store);
 	if (err)
 		return err;
-	s->deleted = 1;
-	nx_snap_relist(store);	/* shrinks: cannot fail */
-	nx_snap_retire_view(store, s);
-	if (s == store->active) {
+	was_active = s == store->active;
+	s->deleted = 1;		/* what it maps is no longer preserved */
+	if (was_active) {
 		older = nx_snap_older_live(store, nx_snap_index(store, s->ino));
 		fs->super->s_snapshot_inum = older ? older->ino : 0;
 		if (!older)
 			fs->super->s_snapshot_r_blocks_count = 0;
 		ext2fs_mark_super_dirty(fs);
 		err = nx_cow_set_active(store, older, NULL);
-		if (err)
-			return err;
 	}
+	/* The one step that may need space (a directory block). */
+	if (!err)
+		err = rename_entry(store, s, "");
+	if (err) {
+		/* Nothing named changed: S stays, active again if it was. */
+		s->deleted = 0;
+		if (was_active) {
+			fs->super->s_snapshot_inum = s->ino;
+			fs->super->s_snapshot_r_blocks_count = reserve;
+			if (!nx_cow_set_active(store, s, NULL))
+				nx_cow_count_draws(store);
+		}
+		return err;
+	}
+	nx_snap_relist(store);	/* shrinks: cannot fail */
+	nx_snap_retire_view(store, s);
 	err = mark_deleted(store, s);
 	if (!err)
 		err = nx_volume_sync(vol);
