@@ -38,9 +38,9 @@ from . import mounts
 from .mounts import BenchError
 
 GIB = 1 << 30
-# _IOR('N', 0xEA, struct nx_ioc_pending): u32 snapshots, u32 blocksize,
+# _IOR('N', 0xEE, struct nx_ioc_pending): u32 snapshots, u32 blocksize,
 # u64 blocks (include/nextfs/nxioctl.h)
-NX_IOC_SNAP_PENDING = (2 << 30) | (16 << 16) | (ord('N') << 8) | 0xEA
+NX_IOC_SNAP_PENDING = (2 << 30) | (16 << 16) | (ord('N') << 8) | 0xEE
 
 
 def pending(mnt):

@@ -81,8 +81,9 @@
  * nx_snap_reclaim), and the blocks they still hold: what "nextfs info"
  * shows and "nextfs snapshot delete --wait" waits for.
  *
- * Numbers: 0xE5-0xE8 for receive, 0xE9 the identity, 0xEA pending
- * deletes, 0xF0-0xF2 for the delta and image ioctls; 0xEB-0xEF are free.
+ * Numbers: 0xE5-0xE8 for receive, 0xE9 the identity, 0xEE pending
+ * deletes, 0xF0-0xF2 for the delta and image ioctls; 0xEA-0xED and 0xEF
+ * are free.
  */
 #ifndef NEXTFS_NXIOCTL_H
 #define NEXTFS_NXIOCTL_H
@@ -143,7 +144,7 @@ struct nx_ioc_pending {
 	uint64_t blocks;		/* what they still hold */
 };
 
-#define NX_IOC_SNAP_PENDING	_IOR('N', 0xEA, struct nx_ioc_pending)
+#define NX_IOC_SNAP_PENDING	_IOR('N', 0xEE, struct nx_ioc_pending)
 
 /* The virtual directory of image files, at the root of the mount. */
 #define NX_IMGDIR_NAME		".snapshot-images"
