@@ -29,7 +29,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SRCROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
-from nxbench import agebench, mounts, recvbench, replbench  # noqa: E402
+from nxbench import agebench, delbench, mounts, recvbench   # noqa: E402
+from nxbench import replbench                               # noqa: E402
 from nxbench import report, snapbench, workloads           # noqa: E402
 from nxbench.mounts import BenchError                       # noqa: E402
 
@@ -42,12 +43,12 @@ FULL = dict(image_size=4 * GIB, seq_size=GIB, rand_file=256 * MIB,
             rand_io=64 * MIB, creates=2000, tree_limit=None, reps=3,
             scaling_snaps=8, overwrite_pairs=2, snapdir_snaps=1024,
             aged_write=GIB, diff_files=200000,
-            send_files=4000)
+            send_files=4000, delete_gib=(1, 4, 10))
 QUICK = dict(image_size=GIB, seq_size=256 * MIB, rand_file=64 * MIB,
              rand_io=16 * MIB, creates=500, tree_limit=1500, reps=1,
              scaling_snaps=8, overwrite_pairs=5, snapdir_snaps=256,
              aged_write=256 * MIB, diff_files=50000,
-             send_files=1000)
+             send_files=1000, delete_gib=(1, 4))
 
 # workloads that need an earlier one's files
 NEEDS = {'seq_read': 'seq_write', 'rand_read': 'rand_write',
@@ -97,6 +98,8 @@ def parse_args(argv):
     ap.add_argument('--send-files', type=int,
                     help='files (about 64 KiB each) in the send tree '
                     '(default 4000, --quick 1000)')
+    ap.add_argument('--no-delete', action='store_true',
+                    help='skip the snapshot delete hand-over (issue 30)')
     ap.add_argument('--no-receive', action='store_true',
                     help='skip nextfs receive against cp -a')
     ap.add_argument('--no-aged', action='store_true',
@@ -316,7 +319,8 @@ def main(argv):
                         'fio': tool_version(['fio', '--version']),
                         'e2fsprogs': tool_version(['mke2fs', '-V'])}},
            'suite': {}, 'snapshot_costs': [], 'take_scaling': [],
-           'snapdir': [], 'aged': [], 'repl': [], 'receive': []}
+           'snapdir': [], 'aged': [], 'repl': [], 'receive': [],
+           'delete': []}
     t_start = time.perf_counter()
     interrupted = None
     try:
@@ -379,6 +383,12 @@ def main(argv):
                 log('[rep %d/%d] nextfs ls -la .snapshots' % (rep + 1, reps))
                 res['snapdir'].append(snapbench.run_snapdir(
                     tracker, params, workdir, fuse_bin, cli, log))
+            if 'nextfs' in systems and not args.no_delete:
+                log('[rep %d/%d] nextfs snapshot delete: hand-over of %s '
+                    'GiB' % (rep + 1, reps, ', '.join(
+                        str(g) for g in params['delete_gib'])))
+                res['delete'].append(delbench.run_delete(
+                    tracker, params, workdir, fuse_bin, log))
             if 'nextfs' in systems and not args.no_receive:
                 log('[rep %d/%d] nextfs receive against cp -a' %
                     (rep + 1, reps))

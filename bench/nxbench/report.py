@@ -5,7 +5,7 @@ import json
 import statistics
 import textwrap
 
-from . import recvbench
+from . import delbench, recvbench
 from .workloads import WORKLOADS
 
 MIB = 1 << 20
@@ -412,6 +412,7 @@ def print_tables(res, out):
     _print_snapshots(res, out)
     _print_snapdir(res, out)
     _print_repl(res, out)
+    delbench.print_table(res, out, _fmt)
     recvbench.print_table(res, out, _fmt)
 
 

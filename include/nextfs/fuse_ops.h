@@ -113,6 +113,7 @@ struct nx_fuse {
 	size_t nviews, capviews;
 	struct nx_periodic *committer;	/* live rw: the commit timer */
 	struct nx_timer *timer;		/* live rw: timed snapshots */
+	struct nx_reclaim *reclaim;	/* live rw: hand-over of deletes */
 	/*
 	 * -o snapshot_group: members of the group (kernel's ids) take and
 	 * delete snapshots too (snap_ops.c, docs/security.md).
@@ -137,6 +138,18 @@ struct nx_keep_spec;
 int nx_fuse_timer_start(struct nx_fuse *fs, unsigned every,
 			const struct nx_keep_spec *keep);
 void nx_fuse_timer_stop(struct nx_fuse *fs);
+
+/*
+ * reclaim.c - the thread that hands over the blocks of deleted snapshots
+ * (snapshot.h: nx_snap_reclaim), a bounded slice per hold of the volume
+ * lock, from the start (work an earlier mount left) and after every
+ * delete (nx_fuse_reclaim_kick).  fuse_main.c starts it on read-write
+ * mounts and stops it before the volume closes: the slice in progress
+ * ends, what is left stays on disk for the next mount.
+ */
+int nx_fuse_reclaim_start(struct nx_fuse *fs);
+void nx_fuse_reclaim_kick(struct nx_fuse *fs);
+void nx_fuse_reclaim_stop(struct nx_fuse *fs);
 
 /* The operations proper (fuse_ops.c); they serve the live tree and views. */
 extern const struct fuse_lowlevel_ops nx_fuse_ops;

@@ -116,9 +116,14 @@
  * copy of the file would not fit.  Free space too fragmented to improve
  * the file is status NX_IOC_DEFRAG_FRAGMENTED, with nothing written.
  *
+ * NX_IOC_SNAP_PENDING (any file or directory, anyone): deleted
+ * snapshots whose blocks the daemon is still handing over (snapshot.h,
+ * nx_snap_reclaim), and the blocks they still hold: what "nextfs info"
+ * shows and "nextfs snapshot delete --wait" waits for.
+ *
  * Numbers: 0xE5-0xE8 for receive, 0xE9 the identity, 0xEA-0xEC for
- * send and the comparison of files, 0xED defrag, 0xF0-0xF2 for the
- * delta and image ioctls; 0xEE-0xEF are free.
+ * send and the comparison of files, 0xED defrag, 0xEE pending deletes,
+ * 0xF0-0xF2 for the delta and image ioctls; 0xEF is free.
  */
 #ifndef NEXTFS_NXIOCTL_H
 #define NEXTFS_NXIOCTL_H
@@ -172,6 +177,14 @@ struct nx_ioc_volinfo {
 #define NX_IOC_GET_INOMAP	_IOR('N', 0xE1, struct nx_ioc_inomap)
 #define NX_IOC_SNAP_NEXT	_IOWR('N', 0xE2, struct nx_ioc_snap)
 #define NX_IOC_GET_VOLINFO	_IOR('N', 0xE3, struct nx_ioc_volinfo)
+
+struct nx_ioc_pending {
+	uint32_t snapshots;		/* deleted, hand-over not done */
+	uint32_t blocksize;
+	uint64_t blocks;		/* what they still hold */
+};
+
+#define NX_IOC_SNAP_PENDING	_IOR('N', 0xEE, struct nx_ioc_pending)
 
 /* The virtual directory of image files, at the root of the mount. */
 #define NX_IMGDIR_NAME		".snapshot-images"

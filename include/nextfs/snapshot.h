@@ -48,7 +48,22 @@ errcode_t nx_snap_name_check(const char *name);
 
 errcode_t nx_snap_take(struct nx_volume *vol, const char *name,
 		       struct nx_snapinfo *info);
+/*
+ * Delete snapshot NAME: bounded work whatever it holds.  When it returns
+ * (committed) the snapshot is in no listing and its name is free; what
+ * it holds is handed over to the next older snapshot, or freed, later,
+ * in slices (handover.c, docs/snapshots.md "Delete"): nx_snap_reclaim()
+ * does one slice of at most about BUDGET_MS milliseconds and says in
+ * *MORE whether work is left; nx_snap_reclaim_all() does all of it.
+ * Work left at close is taken up again by the next read-write open.
+ * nx_snap_pending(): deleted snapshots not yet done, and the blocks they
+ * still hold.
+ */
 errcode_t nx_snap_delete(struct nx_volume *vol, const char *name);
+errcode_t nx_snap_reclaim(struct nx_volume *vol, unsigned budget_ms,
+			  int *more);
+errcode_t nx_snap_reclaim_all(struct nx_volume *vol);
+void nx_snap_pending(struct nx_volume *vol, int *snaps, blk64_t *blocks);
 
 /* Snapshots oldest first; free *LIST with free(). */
 errcode_t nx_snap_list(struct nx_volume *vol, struct nx_snapinfo **list,

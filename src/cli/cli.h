@@ -124,6 +124,7 @@ enum nx_cli_slot {
 	NX_OPT_TOKEN,		/* receive --token */
 	NX_OPT_RECURSIVE,	/* defrag -r */
 	NX_OPT_IMAGE,		/* defrag --image IMAGE */
+	NX_OPT_WAIT,		/* snapshot delete --wait */
 	NX_CLI_SLOTS
 };
 
@@ -250,6 +251,8 @@ struct nx_ioc_volinfo;
 int nx_cli_mount_snapshots(const char *mnt, struct nx_snapinfo **list,
 			   int *count, unsigned *blocksize);
 int nx_cli_mount_volinfo(const char *mnt, struct nx_ioc_volinfo *vi);
+/* The mount's pending deletes (snapshot.h); 0 and 0 from an older daemon. */
+int nx_cli_mount_pending(const char *mnt, int *snaps, uint64_t *blocks);
 /*
  * The root of the nextfs mount at MNT (its mountpoint as mountinfo spells
  * it), opened and checked with nx_sp_mount_open() (safepath.h; FLAGS:
@@ -327,6 +330,8 @@ struct nx_cli_snaps {
 	char *mnt;			/* the mount asked, or NULL (offline) */
 	int partial;			/* the daemon gave only the public part
 					   of the superblock (nxioctl.h) */
+	int pending;			/* deleted, hand-over not done */
+	uint64_t pending_blocks;	/* ... what those still hold */
 };
 
 /* ... and, if SB is not NULL, the volume's superblock as it is now. */

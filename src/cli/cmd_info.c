@@ -120,6 +120,12 @@ static void print_text(struct volinfo *vi)
 	print_size_line("COW reserve:", sb->s_snapshot_r_blocks_count, bs,
 			total);
 	print_size_line("Free:", ext2fs_free_blocks_count(sb), bs, total);
+	/* Deleted snapshots whose blocks are still being handed over. */
+	if (vi->snaps.pending) {
+		printf("%-26s%d\n", "Deletes pending:", vi->snaps.pending);
+		print_size_line("  still held:", vi->snaps.pending_blocks, bs,
+				total);
+	}
 }
 
 static void json_feature(const char *name, void *priv)
@@ -178,6 +184,10 @@ static void print_json(struct volinfo *vi)
 	nx_json_u64(&j, "cow_reserve_bytes",
 		    (uint64_t)sb->s_snapshot_r_blocks_count * bs);
 	nx_json_u64(&j, "free_bytes", ext2fs_free_blocks_count(sb) * bs);
+	nx_json_open(&j, "pending_deletes", '{');
+	nx_json_u64(&j, "snapshots", (uint64_t)vi->snaps.pending);
+	nx_json_u64(&j, "held_bytes", vi->snaps.pending_blocks * bs);
+	nx_json_close(&j, '}');
 	nx_json_close(&j, '}');
 	nx_json_end(&j);
 }

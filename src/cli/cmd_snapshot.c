@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 #include <sys/stat.h>
 #include <et/com_err.h>
@@ -24,10 +25,43 @@
 #include "output.h"
 
 /*
+ * --wait: until the daemon of MNT has handed over what every deleted
+ * snapshot held (reclaim.c), then flush, so that it is durable.  A
+ * hand-over that makes no progress for a minute (a full volume, an
+ * error the daemon logs) is reported instead of waited for forever.
+ */
+#define WAIT_STALL_S	60
+
+static int wait_pending(const char *mnt)
+{
+	struct timespec tick = { 0, 50 * 1000 * 1000L };
+	uint64_t blocks, last = UINT64_MAX;
+	int snaps, rc, still = 0;
+
+	for (;;) {
+		rc = nx_cli_mount_pending(mnt, &snaps, &blocks);
+		if (rc || !snaps)
+			break;
+		if (blocks != last) {
+			last = blocks;
+			still = 0;
+		} else if (++still > WAIT_STALL_S * 20) {
+			nx_cli_error("%s: the deleted snapshots' blocks are not "
+				     "being handed over (see the daemon's "
+				     "log)", mnt);
+			return NX_CLI_FAIL;
+		}
+		nanosleep(&tick, NULL);
+	}
+	return rc ? rc : nx_cli_flush_mount(mnt);
+}
+
+/*
  * Take (NAME, or a timeline name of the current second when NAME is
  * NULL: printed on stdout) or delete on TARGET.
  */
-static int take_or_delete(const char *target, const char *name, int take)
+static int take_or_delete(const char *target, const char *name, int take,
+			  int wait)
 {
 	char q[NX_QUOTED_NAME_SIZE], tl[NX_TL_NAME_SIZE];
 	struct nx_cli_target t;
@@ -68,6 +102,8 @@ static int take_or_delete(const char *target, const char *name, int take)
 			rc = NX_CLI_FAIL;
 		} else if (!name) {
 			printf("%s\n", tl);
+		} else if (wait && t.mnt) {
+			rc = wait_pending(t.mnt);
 		}
 	}
 	if (nx_cli_target_close(&t))
@@ -78,12 +114,13 @@ static int take_or_delete(const char *target, const char *name, int take)
 int nx_cmd_snapshot_take(struct nx_cli_args *a)
 {
 	/* without NAME: a timeline name (retention.h) */
-	return take_or_delete(a->pos[0], a->pos[1], 1);
+	return take_or_delete(a->pos[0], a->pos[1], 1, 0);
 }
 
 int nx_cmd_snapshot_delete(struct nx_cli_args *a)
 {
-	return take_or_delete(a->pos[0], a->pos[1], 0);
+	return take_or_delete(a->pos[0], a->pos[1], 0,
+			      a->opt[NX_OPT_WAIT]);
 }
 
 /*

@@ -112,6 +112,26 @@ int nx_cli_mount_snapshots(const char *mnt, struct nx_snapinfo **list,
 	return NX_CLI_OK;
 }
 
+int nx_cli_mount_pending(const char *mnt, int *snaps, uint64_t *blocks)
+{
+	struct nx_ioc_pending p;
+	int fd = open_mount(mnt), rc = NX_CLI_OK;
+
+	*snaps = 0;
+	*blocks = 0;
+	if (fd < 0)
+		return NX_CLI_FAIL;
+	if (ioctl(fd, NX_IOC_SNAP_PENDING, &p) == 0) {
+		*snaps = (int)p.snapshots;
+		*blocks = p.blocks;
+	} else if (errno != ENOTTY) {
+		not_nextfs(mnt, errno);
+		rc = NX_CLI_FAIL;
+	}
+	close(fd);
+	return rc;
+}
+
 int nx_cli_mount_volinfo(const char *mnt, struct nx_ioc_volinfo *vi)
 {
 	int fd = open_mount(mnt), rc = NX_CLI_OK;

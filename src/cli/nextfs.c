@@ -51,12 +51,22 @@ static const struct nx_cli_cmd take_cmd = {
 static const struct nx_cli_cmd delete_cmd = {
 	.name = "delete", .min = 2, .max = 2, .run = nx_cmd_snapshot_delete,
 	.params = "target:IMAGE_OR_MOUNTPOINT snap:NAME",
-	.usage = "IMAGE_OR_MOUNTPOINT NAME",
+	.usage = "[--wait] IMAGE_OR_MOUNTPOINT NAME",
+	.opts = (const struct nx_cli_opt[]) {
+		{ "--wait", NULL, NX_OPT_WAIT, 1 },
+		{ NULL },
+	},
 	.help =
 	"Delete snapshot NAME of an unmounted image or device, or of a\n"
 	"nextfs-fuse mount (rmdir in MOUNTPOINT/.snapshots).  Blocks an\n"
 	"older snapshot still needs pass to it; the rest become free.  A\n"
-	"NAME that starts with '-' goes after '--'.\n",
+	"NAME that starts with '-' goes after '--'.\n"
+	"\n"
+	"On a mount the name is gone and free at once, and the daemon\n"
+	"hands the blocks over in the background, a few milliseconds at a\n"
+	"time (\"nextfs info\" shows what is pending; an unmount finishes\n"
+	"or leaves it for the next mount).  An image is done at once.\n"
+	"  --wait   on a mount, return once every pending delete is done\n",
 };
 
 static const struct nx_cli_cmd list_cmd = {

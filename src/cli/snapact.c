@@ -119,8 +119,11 @@ errcode_t nx_cli_delete(struct nx_cli_target *t, const char *name)
 
 	if (t->mnt)
 		return snapdir_op(t->mnt, name, 0);
+	/* Offline, nobody waits behind the hand-over: finish it. */
 	nx_volume_lock(t->vol);
 	err = nx_snap_delete(t->vol, name);
+	if (!err)
+		err = nx_snap_reclaim_all(t->vol);
 	nx_volume_unlock(t->vol);
 	return err;
 }

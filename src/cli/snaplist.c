@@ -29,6 +29,12 @@ int nx_cli_snaps_of_volume(struct nx_volume *vol, struct nx_cli_snaps *out)
 	/* Opened read-only, the engine is idle: the superblock says. */
 	for (i = 0; i < out->n; i++)
 		out->s[i].active = out->s[i].ino == sb->s_snapshot_inum;
+	{
+		blk64_t held;
+
+		nx_snap_pending(vol, &out->pending, &held);
+		out->pending_blocks = held;
+	}
 	return NX_CLI_OK;
 }
 
@@ -49,6 +55,9 @@ static int snaps_of_mount(const char *mnt, struct nx_cli_snaps *out,
 	if (!rc)
 		rc = nx_cli_mount_snapshots(mnt, &out->s, &out->n,
 					    &out->blocksize);
+	if (!rc)
+		rc = nx_cli_mount_pending(mnt, &out->pending,
+					  &out->pending_blocks);
 	if (!rc && !(out->mnt = strdup(mnt))) {
 		nx_cli_error("out of memory");
 		rc = NX_CLI_FAIL;

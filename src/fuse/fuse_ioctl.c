@@ -309,6 +309,26 @@ static errcode_t ioctl_get_volinfo(struct nx_fuse *live, int whole,
 	return 0;
 }
 
+/* NX_IOC_SNAP_PENDING: deletes whose hand-over is not done yet. */
+static errcode_t ioctl_snap_pending(struct nx_fuse *live, void *out,
+				    size_t *out_size)
+{
+	struct nx_ioc_pending p;
+	blk64_t blocks;
+	int snaps;
+
+	if (*out_size < sizeof(p))
+		return EINVAL;
+	memset(&p, 0, sizeof(p));
+	nx_snap_pending(live->vol, &snaps, &blocks);
+	p.snapshots = (uint32_t)snaps;
+	p.blocks = blocks;
+	p.blocksize = live->vol->fs->blocksize;
+	memcpy(out, &p, sizeof(p));
+	*out_size = sizeof(p);
+	return 0;
+}
+
 void nx_fuse_ioctl(fuse_req_t req, fuse_ino_t nodeid, unsigned int cmd,
 		   void *arg, struct fuse_file_info *fi, unsigned flags,
 		   const void *in_buf, size_t in_bufsz, size_t out_bufsz)
@@ -322,6 +342,7 @@ void nx_fuse_ioctl(fuse_req_t req, fuse_ino_t nodeid, unsigned int cmd,
 		struct nx_ioc_snap snap;
 		struct nx_ioc_snap_identity ident;
 		struct nx_ioc_volinfo vol;
+		struct nx_ioc_pending pending;
 		struct nx_ioc_delta_start delta;
 		struct nx_ioc_same_data same;
 	} out;
@@ -388,6 +409,9 @@ void nx_fuse_ioctl(fuse_req_t req, fuse_ino_t nodeid, unsigned int cmd,
 		/* all of it: to those who may read the image anyway */
 		err = ioctl_get_volinfo(live, nx_fuse_volume_owner_asks(req),
 					&out, &out_size);
+		break;
+	case NX_IOC_SNAP_PENDING:
+		err = ioctl_snap_pending(live, &out, &out_size);
 		break;
 	case NX_IOC_DELTA_START:
 		err = nx_fuse_delta_start(req, live, in_buf, in_bufsz, &out,

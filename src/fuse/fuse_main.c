@@ -106,9 +106,9 @@ static errcode_t commit_tick(void *arg)
 }
 
 /*
- * The daemon's periodic threads (periodic.h), started once mounted: the
- * commit timer, and the snapshot timer if asked for (timer.c).  A
- * read-only volume has neither.
+ * The daemon's threads, started once mounted: the commit timer
+ * (periodic.h), the hand-over of deleted snapshots (reclaim.c), and the
+ * snapshot timer if asked for (timer.c).  A read-only volume has none.
  */
 static void start_threads(struct nx_fuse *fs, const struct nx_fuse_config *cfg)
 {
@@ -117,6 +117,10 @@ static void start_threads(struct nx_fuse *fs, const struct nx_fuse_config *cfg)
 			      commit_tick, fs->vol, &fs->committer) != 0)
 		nx_err("cannot start the commit timer; changes become durable "
 		       "at fsync and unmount only");
+	if (fs->vol && !nx_volume_rdonly(fs->vol) &&
+	    nx_fuse_reclaim_start(fs) != 0)
+		nx_err("cannot start the thread that finishes snapshot "
+		       "deletes; they finish at the next mount");
 	if (cfg->snapshot_every &&
 	    nx_fuse_timer_start(fs, cfg->snapshot_every,
 				cfg->snapshot_keep) != 0)
@@ -134,6 +138,7 @@ static void start_threads(struct nx_fuse *fs, const struct nx_fuse_config *cfg)
 static void stop_threads(struct nx_fuse *fs)
 {
 	nx_fuse_timer_stop(fs);
+	nx_fuse_reclaim_stop(fs);
 	nx_periodic_join(&fs->committer);
 }
 

@@ -315,6 +315,8 @@ errcode_t nx_fuse_snap_delete(struct nx_fuse *live, const char *name)
 	nx_volume_lock(live->vol);
 	err = nx_snap_delete(live->vol, name);
 	nx_volume_unlock(live->vol);
+	if (!err)
+		nx_fuse_reclaim_kick(live);	/* the hand-over, in slices */
 	return err;
 }
 

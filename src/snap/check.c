@@ -865,8 +865,10 @@ static void classify(struct checker *ck)
 		if (!(c->inode.i_flags & EXT4_SNAPFILE_FL))
 			finding(ck, 1, fix_set_flag, c, "%s lacks the "
 				"snapshot flag", label);
+		/* Deleted, its hand-over pending (docs/snapshots.md). */
 		if (c->inode.i_flags & EXT4_SNAPFILE_DELETED_FL)
-			say(ck, NX_CHECK_ERROR, "%s is marked deleted", label);
+			say(ck, NX_CHECK_INFO, "%s is deleted; the hand-over "
+			    "of its blocks is pending", label);
 		if (c->inode.i_links_count != 1)
 			say(ck, NX_CHECK_ERROR, "%s has %u links (expected 1)",
 			    label, c->inode.i_links_count);
@@ -1082,6 +1084,20 @@ static int fix_list(struct checker *ck, void *arg)
 	return 0;
 }
 
+/*
+ * The active snapshot: the newest one not being deleted (a deleted one
+ * stays on the list until its blocks are handed over), or 0.
+ */
+static ext2_ino_t newest_live(struct checker *ck)
+{
+	int i;
+
+	for (i = 0; i < ck->nreal; i++)
+		if (!(ck->real[i]->inode.i_flags & EXT4_SNAPFILE_DELETED_FL))
+			return ck->real[i]->ino;
+	return 0;
+}
+
 static int fix_super_fields(struct checker *ck, void *arg)
 {
 	struct ext2_super_block *sb = ck->fs->super;
@@ -1089,7 +1105,7 @@ static int fix_super_fields(struct checker *ck, void *arg)
 
 	if (ck->nreal) {
 		ext2fs_set_feature_has_snapshot(sb);
-		sb->s_snapshot_inum = ck->real[0]->ino;
+		sb->s_snapshot_inum = newest_live(ck);
 		if (sb->s_snapshot_id < maxid)
 			sb->s_snapshot_id = maxid;
 	} else {
@@ -1132,7 +1148,7 @@ static void check_list_and_super(struct checker *ck)
 			"newest first", ck->list_problem,
 			ck->list_problem[0] ? "; it " : "", ck->nreal);
 	if (ck->nreal)
-		super_ok = has && sb->s_snapshot_inum == ck->real[0]->ino &&
+		super_ok = has && sb->s_snapshot_inum == newest_live(ck) &&
 			   sb->s_snapshot_id >= maxid;
 	else
 		super_ok = !has && !sb->s_snapshot_inum &&
@@ -1379,6 +1395,9 @@ static void check_preserved(struct checker *ck, struct nx_volume *vol)
 		blk64_t first_bad = 0;
 		errcode_t err;
 
+		/* Half handed over: it has no view of its own any more. */
+		if (s->deleted)
+			continue;
 		err = nx_snap_read_take_bitmap(store, i, &take);
 		if (err) {
 			say(ck, NX_CHECK_ERROR, "snapshot '%s' cannot be read "
@@ -1414,9 +1433,10 @@ static errcode_t check_views(struct checker *ck, const char *device)
 		return 0;
 	}
 	nx_volume_lock(vol);
-	if (nx_snap_count(vol) != ck->nreal)
+	/* (the engine lists no deleted snapshot: count them all) */
+	if ((vol->snap ? vol->snap->nsnaps : 0) != ck->nreal)
 		say(ck, NX_CHECK_ERROR, "the snapshot engine reads %d of the %d "
-		    "snapshots", nx_snap_count(vol), ck->nreal);
+		    "snapshots", vol->snap ? vol->snap->nsnaps : 0, ck->nreal);
 	check_preserved(ck, vol);
 	nx_volume_unlock(vol);
 	ck->res->views_checked = 1;
@@ -1441,7 +1461,7 @@ errcode_t nx_check(const char *device, int flags, nx_check_report_fn report,
 {
 	struct checker ck = { 0 };
 	struct nx_rawvol *raw = NULL;
-	int list_ok;
+	int list_ok, i;
 	errcode_t err;
 
 	memset(res, 0, sizeof(*res));
@@ -1477,6 +1497,10 @@ errcode_t nx_check(const char *device, int flags, nx_check_report_fn report,
 	report_ownership(&ck);
 	check_list_and_super(&ck);
 	res->nsnaps = ck.nreal;
+	/* Those being deleted are no snapshots to the user any more. */
+	for (i = 0; i < ck.nreal; i++)
+		if (ck.real[i]->inode.i_flags & EXT4_SNAPFILE_DELETED_FL)
+			res->nsnaps--;
 	list_ok = ck.nreal && list_is_right(&ck);
 	ck.fs = NULL;
 	err = nx_raw_release_fs(raw);

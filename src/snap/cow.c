@@ -157,6 +157,26 @@ errcode_t nx_cow_count_draws(struct nx_snapstore *store)
 	return 0;
 }
 
+/*
+ * Does a deleted snapshot newer than the active one still hold N?  Then
+ * it holds what the active snapshot shows at N, and hands it over
+ * (handover.c): the live block is not the active snapshot's to keep.
+ */
+static int held_by_deleted(struct nx_snapstore *store, blk64_t blk)
+{
+	int i;
+
+	for (i = store->nsnaps - 1; i >= 0; i--) {
+		struct nx_snap *s = store->snaps[i];
+
+		if (s == store->active)
+			return 0;
+		if (ext2fs_test_block_bitmap2(s->mapped, blk))
+			return 1;
+	}
+	return 0;
+}
+
 int nx_cow_needs_preserve(struct nx_snapstore *store, blk64_t blk)
 {
 	ext2_filsys fs = store->vol->fs;
@@ -166,7 +186,8 @@ int nx_cow_needs_preserve(struct nx_snapstore *store, blk64_t blk)
 		return 0;
 	return ext2fs_test_block_bitmap2(store->cow_map, blk) &&
 	       !ext2fs_test_block_bitmap2(store->exclude, blk) &&
-	       !ext2fs_test_block_bitmap2(active->mapped, blk);
+	       !ext2fs_test_block_bitmap2(active->mapped, blk) &&
+	       !held_by_deleted(store, blk);
 }
 
 /* Record that the active snapshot now holds [N, N + COUNT) where it is. */
@@ -465,15 +486,21 @@ static struct mapping *take_pending(struct nx_snapstore *store, size_t *count)
 }
 
 /*
- * Map [N, N + LEN) to [B, B + LEN) in the snapshot inode: one extent for
- * an extent-mapped snapshot, block by block for an indirect one.
+ * Map [N, N + LEN) to [B, B + LEN) in snapshot INO: one extent for an
+ * extent-mapped snapshot, block by block for an indirect one.
  */
+errcode_t nx_cow_map_run(struct nx_snapstore *store, ext2_ino_t ino,
+			 struct ext2_inode_large *inode, blk64_t n, blk64_t b,
+			 blk64_t len)
+{
+	return nx_file_map_blocks(store->vol, ino, inode, n, b, len);
+}
+
 static errcode_t map_run(struct nx_snapstore *store,
 			 struct ext2_inode_large *inode, blk64_t n, blk64_t b,
 			 blk64_t len)
 {
-	return nx_file_map_blocks(store->vol, store->active->ino, inode, n, b,
-				  len);
+	return nx_cow_map_run(store, store->active->ino, inode, n, b, len);
 }
 
 /*

@@ -95,7 +95,8 @@ static errcode_t precheck(const char *device, const char *name, int flags,
 	struct nx_volume *vol = NULL;
 	char names[512] = "";
 	size_t used = 0;
-	int n = 0, i, idx = -1;
+	int n = 0, i, idx = -1, pending;
+	blk64_t held;
 	errcode_t err;
 
 	/* Strict: what the engine would refuse to write, restore refuses. */
@@ -104,6 +105,7 @@ static errcode_t precheck(const char *device, const char *name, int flags,
 	if (err)
 		return err;
 	err = nx_snap_list(vol, &list, &n);
+	nx_snap_pending(vol, &pending, &held);
 	nx_volume_close(vol);
 	vol = NULL;		/* closed: the read-write open below is another */
 	if (err)
@@ -128,7 +130,11 @@ static errcode_t precheck(const char *device, const char *name, int flags,
 		free(list);
 		return EEXIST;
 	}
-	if (idx + 1 < n) {
+	/*
+	 * Restore works on the list as it is on disk: deleted snapshots
+	 * still on it hand over what they hold first.
+	 */
+	if (idx + 1 < n || pending) {
 		err = nx_open_volume(device, 0, &vol, msg, msglen);
 		for (i = n - 1; !err && i > idx; i--) {
 			nx_volume_lock(vol);
@@ -139,6 +145,15 @@ static errcode_t precheck(const char *device, const char *name, int flags,
 					list[i].name, error_message(err));
 			else
 				res->destroyed++;
+		}
+		if (!err) {
+			nx_volume_lock(vol);
+			err = nx_snap_reclaim_all(vol);
+			nx_volume_unlock(vol);
+			if (err)
+				nx_set_msg(msg, msglen, "handing over the blocks "
+					   "of deleted snapshots: %s",
+					   error_message(err));
 		}
 		if (vol) {
 			errcode_t e2 = nx_volume_close(vol);

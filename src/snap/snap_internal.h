@@ -55,13 +55,27 @@ struct nx_snap {
 	struct nx_volume *view;		/* cached view (nx_snap_view_get), or NULL */
 	int prefetched;			/* nx_snap_prefetch_views() hinted it */
 	struct nx_mapcache map;		/* its file's map, cached (mapcache.c) */
+	/*
+	 * Deleted, its hand-over pending (EXT4_SNAPFILE_DELETED_FL on
+	 * disk, handover.c): still on the list, so that the views of the
+	 * older snapshots read what it holds for them, but named by no
+	 * listing.  MAPPED is what it has not handed over yet.
+	 */
+	int deleted;
 };
+
+struct nx_handover;
 
 struct nx_snapstore {
 	struct nx_volume *vol;
-	struct nx_snap **snaps;		/* oldest first */
+	struct nx_snap **snaps;		/* oldest first, deleted ones too */
 	int nsnaps;
 	size_t capsnaps;
+	struct nx_snap **live;		/* snaps[] but the deleted: listings */
+	int nlive;
+	size_t caplive;
+	int ndeleted;			/* deleted, hand-over pending */
+	struct nx_handover *ho;		/* the hand-over in progress, or NULL */
 	int ids_sorted;			/* snaps[] ids increase (seek_id) */
 	ext2_ino_t dir;			/* /.snapshots, 0 if absent */
 	struct nx_snap *active;		/* newest; NULL when no snapshot */
@@ -182,6 +196,9 @@ void nx_cow_install(struct nx_snapstore *store);
 void nx_cow_uninstall(struct nx_snapstore *store);
 int nx_cow_needs_preserve(struct nx_snapstore *store, blk64_t blk);
 errcode_t nx_cow_apply_pending(struct nx_snapstore *store);
+errcode_t nx_cow_map_run(struct nx_snapstore *store, ext2_ino_t ino,
+			 struct ext2_inode_large *inode, blk64_t n, blk64_t b,
+			 blk64_t len);
 errcode_t nx_cow_set_active(struct nx_snapstore *store, struct nx_snap *snap,
 			    ext2fs_block_bitmap take_map);
 errcode_t nx_cow_init_fixed(struct nx_snapstore *store);
@@ -210,6 +227,24 @@ errcode_t nx_snap_read_take_bitmap(struct nx_snapstore *store, int idx,
 
 /* snapstore.c */
 int nx_snap_index(struct nx_snapstore *store, ext2_ino_t ino);
+/* Rebuild store->live (and ndeleted) after snaps[] or a deleted flag changed. */
+errcode_t nx_snap_relist(struct nx_snapstore *store);
+/* The snapshot (not deleted) named NAME, or NULL. */
+struct nx_snap *nx_snap_by_name(struct nx_snapstore *store, const char *name);
+/* The newest snapshot below index IDX that is not deleted, or NULL. */
+struct nx_snap *nx_snap_older_live(struct nx_snapstore *store, int idx);
+/* Keep S's view for requests that still hold it (S is being deleted). */
+void nx_snap_retire_view(struct nx_snapstore *store, struct nx_snap *s);
+void nx_snap_free(struct nx_snap *s);
+errcode_t nx_snap_link_name(ext2_filsys fs, ext2_ino_t dir, const char *name,
+			    ext2_ino_t ino, int type);
+errcode_t nx_snap_remove_dir(struct nx_snapstore *store);
+
+/* handover.c */
+/* Give a deleted snapshot that holds the entry NAME in /.snapshots another. */
+errcode_t nx_handover_free_name(struct nx_snapstore *store, const char *name);
+/* At attach: the deleted snapshots on the list (nothing written). */
+void nx_handover_free(struct nx_snapstore *store);
 /* The copy-on-write reserve a take sets: at most an eighth of the volume. */
 blk64_t nx_snap_cow_reserve(ext2_filsys fs);
 /* Index of the first snapshot with id >= ID, or nsnaps (binary search). */

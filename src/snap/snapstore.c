@@ -48,7 +48,7 @@ errcode_t nx_snap_name_check(const char *name)
 	return 0;
 }
 
-static void free_snap(struct nx_snap *s)
+void nx_snap_free(struct nx_snap *s)
 {
 	if (!s)
 		return;
@@ -285,6 +285,7 @@ static errcode_t load_list(struct loader *ld)
 		s->ino = ino;
 		s->id = inode.i_generation;
 		s->next = snap_next(&inode);
+		s->deleted = (inode.i_flags & EXT4_SNAPFILE_DELETED_FL) != 0;
 		nx_inode_get_time(&inode, NX_MTIME, &s->taken);
 		ino = s->next;
 	}
@@ -305,10 +306,11 @@ static errcode_t load_list(struct loader *ld)
 		if (err)
 			return err;
 	}
-	return load_names(ld);
+	err = nx_snap_relist(store);
+	return err ? err : load_names(ld);
 fail:
 	for (i = 0; i < n; i++)
-		free_snap(chain[i]);
+		nx_snap_free(chain[i]);
 	return err;
 }
 
@@ -323,8 +325,8 @@ static void check_super_fields(struct loader *ld)
 {
 	struct nx_snapstore *store = ld->store;
 	struct ext2_super_block *sb = store->vol->fs->super;
-	struct nx_snap *newest = store->nsnaps ?
-				 store->snaps[store->nsnaps - 1] : NULL;
+	struct nx_snap *newest = store->nlive ?
+				 store->live[store->nlive - 1] : NULL;
 	ext2_ino_t head = newest ? newest->ino : 0;
 
 	if (!ext2fs_has_feature_has_snapshot(sb)) {
@@ -344,10 +346,12 @@ static void check_super_fields(struct loader *ld)
 		nx_damage_note(ld->dmg, NX_DAMAGE_RW, "the superblock's active "
 			       "snapshot is inode %u, not the newest snapshot "
 			       "(inode %u)", sb->s_snapshot_inum, head);
-	if (newest && sb->s_snapshot_id < newest->id)
+	if (store->nsnaps &&
+	    sb->s_snapshot_id < store->snaps[store->nsnaps - 1]->id)
 		nx_damage_note(ld->dmg, NX_DAMAGE_RW, "the last snapshot id "
 			       "issued (%u) is below the newest snapshot's "
-			       "(%u)", sb->s_snapshot_id, newest->id);
+			       "(%u)", sb->s_snapshot_id,
+			       store->snaps[store->nsnaps - 1]->id);
 	if (newest && sb->s_snapshot_r_blocks_count >
 	    ext2fs_blocks_count(sb) / 8)
 		nx_damage_note(ld->dmg, NX_DAMAGE_RW, "the copy-on-write "
@@ -362,7 +366,7 @@ static void check_super_fields(struct loader *ld)
  * it up before the delete: keep it (reads now fail cleanly, the snapshot
  * being gone) until the volume is closed.
  */
-static void retire_view(struct nx_snapstore *store, struct nx_snap *s)
+void nx_snap_retire_view(struct nx_snapstore *store, struct nx_snap *s)
 {
 	if (!s->view)
 		return;
@@ -381,9 +385,11 @@ static void free_store(struct nx_snapstore *store)
 	for (d = 0; d < store->ndead; d++)
 		nx_snap_view_close(store->dead_views[d]);
 	free(store->dead_views);
+	nx_handover_free(store);
 	for (i = 0; i < store->nsnaps; i++)
-		free_snap(store->snaps[i]);
+		nx_snap_free(store->snaps[i]);
 	free(store->snaps);
+	free(store->live);
 	if (store->cow_map)
 		ext2fs_free_block_bitmap(store->cow_map);
 	if (store->exclude)
@@ -416,8 +422,9 @@ static void drop_snapshots(struct nx_snapstore *store)
 	int i;
 
 	for (i = 0; i < store->nsnaps; i++)
-		free_snap(store->snaps[i]);
+		nx_snap_free(store->snaps[i]);
 	store->nsnaps = 0;
+	nx_snap_relist(store);
 	ext2fs_clear_block_bitmap(store->exclude);
 }
 
@@ -425,7 +432,7 @@ static void drop_snapshots(struct nx_snapstore *store)
 static errcode_t activate_newest(struct nx_snapstore *store,
 				 struct nx_damage *dmg)
 {
-	struct nx_snap *newest = store->snaps[store->nsnaps - 1];
+	struct nx_snap *newest = store->live[store->nlive - 1];
 	errcode_t err = nx_cow_set_active(store, newest, NULL);
 
 	if (err)
@@ -487,7 +494,7 @@ errcode_t nx_snap_attach(struct nx_volume *vol, struct nx_damage *dmg,
 	vol->overwrite = &nx_snap_overwrite_ops;
 	nx_cow_install(store);
 	nx_cow_count_draws(store);	/* no active snapshot yet: headroom */
-	if (!nx_volume_rdonly(vol) && store->nsnaps) {
+	if (!nx_volume_rdonly(vol) && store->nlive) {
 		err = activate_newest(store, dmg);
 		if (!err)
 			err = nx_cow_count_draws(store);
@@ -519,7 +526,7 @@ void nx_snap_detach(struct nx_volume *vol)
 
 int nx_snap_count(struct nx_volume *vol)
 {
-	return vol->snap ? vol->snap->nsnaps : 0;
+	return vol->snap ? vol->snap->nlive : 0;
 }
 
 ext2_ino_t nx_snap_dir_ino(struct nx_volume *vol)
@@ -557,37 +564,67 @@ static void fill_info(struct nx_snapstore *store, struct nx_snap *s,
 		info->blocks += nx_pending_count(store);
 }
 
-static struct nx_snap *find_by_name(struct nx_snapstore *store,
-				    const char *name)
+struct nx_snap *nx_snap_by_name(struct nx_snapstore *store, const char *name)
 {
 	int i;
 
-	for (i = 0; i < store->nsnaps; i++)
-		if (!strcmp(store->snaps[i]->name, name))
-			return store->snaps[i];
+	for (i = 0; i < store->nlive; i++)
+		if (!strcmp(store->live[i]->name, name))
+			return store->live[i];
+	return NULL;
+}
+
+struct nx_snap *nx_snap_older_live(struct nx_snapstore *store, int idx)
+{
+	while (--idx >= 0)
+		if (!store->snaps[idx]->deleted)
+			return store->snaps[idx];
 	return NULL;
 }
 
 /*
- * Index of the first snapshot (oldest first) whose id is >= ID, or nsnaps.
- * Ids grow from older to newer on every volume nextfs wrote (and check
- * --repair relinks by id), so this is a binary search; a list that is
- * out of order anyway (load_list or take noticed) is searched one by one.
+ * What the listings see is snaps[] without the deleted snapshots, whose
+ * hand-over is still running (handover.c): a name is gone, and free for
+ * a new take, the moment its delete returns.
  */
-int nx_snap_seek(struct nx_snapstore *store, uint32_t id)
+errcode_t nx_snap_relist(struct nx_snapstore *store)
 {
-	int lo = 0, hi = store->nsnaps, i;
+	int i;
 
-	if (!store->ids_sorted) {
-		for (i = 0; i < store->nsnaps; i++)
-			if (store->snaps[i]->id == id)
+	store->nlive = store->ndeleted = 0;
+	if (nx_grow_by((void **)&store->live, &store->caplive, 0,
+		       (size_t)store->nsnaps, sizeof(*store->live), 8))
+		return EXT2_ET_NO_MEMORY;
+	for (i = 0; i < store->nsnaps; i++) {
+		if (store->snaps[i]->deleted)
+			store->ndeleted++;
+		else
+			store->live[store->nlive++] = store->snaps[i];
+	}
+	return 0;
+}
+
+/*
+ * Index in V[0..N) of the first snapshot (oldest first) whose id is >=
+ * ID, or N.  Ids grow from older to newer on every volume nextfs wrote
+ * (and check --repair relinks by id), so this is a binary search; a list
+ * that is out of order anyway (load_list or take noticed) is searched
+ * one by one.
+ */
+static int seek_in(struct nx_snap **v, int n, int sorted, uint32_t id)
+{
+	int lo = 0, hi = n, i;
+
+	if (!sorted) {
+		for (i = 0; i < n; i++)
+			if (v[i]->id == id)
 				return i;
-		return store->nsnaps;
+		return n;
 	}
 	while (lo < hi) {
 		int mid = lo + (hi - lo) / 2;
 
-		if (store->snaps[mid]->id < id)
+		if (v[mid]->id < id)
 			lo = mid + 1;
 		else
 			hi = mid;
@@ -595,20 +632,29 @@ int nx_snap_seek(struct nx_snapstore *store, uint32_t id)
 	return lo;
 }
 
+int nx_snap_seek(struct nx_snapstore *store, uint32_t id)
+{
+	return seek_in(store->snaps, store->nsnaps, store->ids_sorted, id);
+}
+
+/* A snapshot the listings show, by id. */
 static struct nx_snap *find_by_id(struct nx_snapstore *store, uint32_t id)
 {
 	int i;
 
 	if (!store)
 		return NULL;
-	i = nx_snap_seek(store, id);
-	return i < store->nsnaps && store->snaps[i]->id == id ?
-	       store->snaps[i] : NULL;
+	i = seek_in(store->live, store->nlive, store->ids_sorted, id);
+	return i < store->nlive && store->live[i]->id == id ?
+	       store->live[i] : NULL;
 }
 
 int nx_snap_seek_id(struct nx_volume *vol, uint32_t id)
 {
-	return vol->snap ? nx_snap_seek(vol->snap, id) : 0;
+	struct nx_snapstore *store = vol->snap;
+
+	return store ? seek_in(store->live, store->nlive, store->ids_sorted,
+			       id) : 0;
 }
 
 errcode_t nx_snap_peek(struct nx_volume *vol, int idx,
@@ -616,9 +662,9 @@ errcode_t nx_snap_peek(struct nx_volume *vol, int idx,
 {
 	struct nx_snapstore *store = vol->snap;
 
-	if (!store || idx < 0 || idx >= store->nsnaps)
+	if (!store || idx < 0 || idx >= store->nlive)
 		return ENOENT;
-	fill_brief(store, store->snaps[idx], info);
+	fill_brief(store, store->live[idx], info);
 	return 0;
 }
 
@@ -627,8 +673,8 @@ int nx_snap_name_index(struct nx_volume *vol, const char *name)
 	struct nx_snapstore *store = vol->snap;
 	int i;
 
-	for (i = 0; store && i < store->nsnaps; i++)
-		if (!strcmp(store->snaps[i]->name, name))
+	for (i = 0; store && i < store->nlive; i++)
+		if (!strcmp(store->live[i]->name, name))
 			return i;
 	return -1;
 }
@@ -667,7 +713,7 @@ errcode_t nx_snap_find(struct nx_volume *vol, const char *name,
 {
 	struct nx_snap *s;
 
-	if (!vol->snap || !(s = find_by_name(vol->snap, name)))
+	if (!vol->snap || !(s = nx_snap_by_name(vol->snap, name)))
 		return ENOENT;
 	if (info)
 		fill_info(vol->snap, s, info);
@@ -678,13 +724,13 @@ errcode_t nx_snap_list(struct nx_volume *vol, struct nx_snapinfo **list,
 		       int *count)
 {
 	struct nx_snapstore *store = vol->snap;
-	int i, n = store ? store->nsnaps : 0;
+	int i, n = store ? store->nlive : 0;
 
 	*list = calloc(n ? n : 1, sizeof(**list));
 	if (!*list)
 		return EXT2_ET_NO_MEMORY;
 	for (i = 0; i < n; i++)
-		fill_info(store, store->snaps[i], &(*list)[i]);
+		fill_info(store, store->live[i], &(*list)[i]);
 	*count = n;
 	return 0;
 }
@@ -757,8 +803,8 @@ errcode_t nx_snap_flush(struct nx_volume *vol)
 }
 
 /* Link NAME -> INO in DIR, growing the directory when it is full. */
-static errcode_t link_name(ext2_filsys fs, ext2_ino_t dir, const char *name,
-			   ext2_ino_t ino, int type)
+errcode_t nx_snap_link_name(ext2_filsys fs, ext2_ino_t dir, const char *name,
+			    ext2_ino_t ino, int type)
 {
 	errcode_t err = ext2fs_link(fs, dir, name, ino, type);
 
@@ -836,7 +882,7 @@ static errcode_t make_snapdir(struct nx_snapstore *store)
 	return err;
 }
 
-static errcode_t remove_snapdir(struct nx_snapstore *store)
+errcode_t nx_snap_remove_dir(struct nx_snapstore *store)
 {
 	struct nx_volume *vol = store->vol;
 	struct ext2_inode_large inode;
@@ -903,7 +949,7 @@ static errcode_t create_snapshot_inode(struct nx_snapstore *store,
 	if (!err)
 		err = nx_inode_write(vol, ino, &inode);
 	if (!err)
-		err = link_name(fs, store->dir, name, ino, EXT2_FT_REG_FILE);
+		err = nx_snap_link_name(fs, store->dir, name, ino, EXT2_FT_REG_FILE);
 	if (err) {
 		inode.i_links_count = 0;
 		nx_inode_write(vol, ino, &inode);
@@ -932,7 +978,7 @@ errcode_t nx_snap_take(struct nx_volume *vol, const char *name,
 		return err;
 	if (nx_volume_rdonly(vol))
 		return EROFS;
-	if (find_by_name(store, name))
+	if (nx_snap_by_name(store, name))
 		return EEXIST;
 	if (store->nsnaps >= MAX_SNAPSHOTS)
 		return EMLINK;
@@ -951,14 +997,22 @@ errcode_t nx_snap_take(struct nx_volume *vol, const char *name,
 	if (err)
 		return err;
 	if (nx_grow((void **)&store->snaps, &store->capsnaps,
-		    (size_t)store->nsnaps, sizeof(*store->snaps), 8)) {
-		free_snap(s);
+		    (size_t)store->nsnaps, sizeof(*store->snaps), 8) ||
+	    nx_grow((void **)&store->live, &store->caplive,
+		    (size_t)store->nsnaps, sizeof(*store->live), 8)) {
+		nx_snap_free(s);
 		return EXT2_ET_NO_MEMORY;
+	}
+	/* A deleted snapshot may still hold the entry of that name. */
+	err = nx_handover_free_name(store, name);
+	if (err) {
+		nx_snap_free(s);
+		return err;
 	}
 	id = fs->super->s_snapshot_id + 1;
 	err = create_snapshot_inode(store, name, id, &s->ino);
 	if (err) {
-		free_snap(s);
+		nx_snap_free(s);
 		return err;
 	}
 	s->id = id;
@@ -978,6 +1032,7 @@ errcode_t nx_snap_take(struct nx_volume *vol, const char *name,
 	if (store->nsnaps && store->snaps[store->nsnaps - 1]->id >= id)
 		store->ids_sorted = 0;
 	store->snaps[store->nsnaps++] = s;
+	nx_snap_relist(store);		/* room made above: cannot fail */
 
 	/*
 	 * Everything up to here is what the previous snapshot (if any) sees
@@ -998,286 +1053,6 @@ errcode_t nx_snap_take(struct nx_volume *vol, const char *name,
 	return 0;
 fail:
 	/* The inode stays linked; the next mount sees a consistent list. */
-	return err;
-}
-
-struct handover {
-	blk64_t *n, *b;
-	size_t count, cap;
-	ext2fs_block_bitmap need;	/* N the older snapshot needs */
-	int nomem;			/* the list is incomplete */
-};
-
-static int collect_handover(ext2_filsys fs, blk64_t *blocknr,
-			    e2_blkcnt_t blockcnt, blk64_t ref_blk,
-			    int ref_offset, void *priv)
-{
-	struct handover *h = priv;
-	size_t capn, capb;
-
-	if (blockcnt < (e2_blkcnt_t)fs->super->s_first_data_block ||
-	    (blk64_t)blockcnt >= ext2fs_blocks_count(fs->super) ||
-	    !ext2fs_test_block_bitmap2(h->need, blockcnt))
-		return 0;
-	capn = capb = h->cap;		/* parallel: one size */
-	if (nx_grow((void **)&h->n, &capn, h->count, sizeof(*h->n), 256) ||
-	    nx_grow((void **)&h->b, &capb, h->count, sizeof(*h->b), 256)) {
-		h->nomem = 1;
-		return BLOCK_ABORT;
-	}
-	h->cap = capn;
-	h->n[h->count] = blockcnt;
-	h->b[h->count] = *blocknr;
-	h->count++;
-	return 0;
-}
-
-/*
- * Which blocks does OLDER still need from the snapshot being deleted: in
- * use at its take (TAKE_MAP, its take-time bitmap) and not preserved by
- * it yet.
- *
- * Some of those held an even older snapshot's file at OLDER's take, and
- * OLDER never shows them; handing one over costs space, not content.
- * Telling them apart by who owns a block *now* is wrong: a block whose
- * old content a snapshot keeps as a copy is free to be reused, also as a
- * new map block of an older snapshot (adopt_blocks), and leaving such a
- * block out dropped the only copy of what OLDER showed there.
- */
-static errcode_t compute_need(struct nx_snapstore *store,
-			      struct nx_snap *older,
-			      ext2fs_block_bitmap take_map,
-			      ext2fs_block_bitmap *need)
-{
-	ext2_filsys fs = store->vol->fs;
-	blk64_t blk = fs->super->s_first_data_block;
-	blk64_t last = ext2fs_blocks_count(fs->super) - 1, stop;
-	ext2fs_block_bitmap map = NULL;
-	errcode_t err;
-
-	err = ext2fs_copy_bitmap(take_map, &map);
-	if (err)
-		return err;
-	/* Minus what OLDER maps, run by run. */
-	while (blk <= last &&
-	       !ext2fs_find_first_set_block_bitmap2(older->mapped, blk, last,
-						    &blk)) {
-		if (ext2fs_find_first_zero_block_bitmap2(older->mapped, blk,
-							 last, &stop))
-			stop = last + 1;
-		ext2fs_unmark_block_bitmap_range2(map, blk, stop - blk);
-		blk = stop;
-	}
-	*need = map;
-	return 0;
-}
-
-/* The blocks of snapshot S that OLDER (index IDX) needs, into H. */
-static errcode_t collect_need(struct nx_snapstore *store, int idx,
-			      struct nx_snap *s, struct handover *h,
-			      ext2fs_block_bitmap *take_map)
-{
-	errcode_t err;
-
-	err = nx_snap_read_take_bitmap(store, idx, take_map);
-	if (!err)
-		err = compute_need(store, store->snaps[idx], *take_map,
-				   &h->need);
-	if (err)
-		return err;
-	err = ext2fs_block_iterate3(store->vol->fs, s->ino,
-				    BLOCK_FLAG_READ_ONLY, NULL,
-				    collect_handover, h);
-	/* A partial hand-over would lose what the older one shows. */
-	if (!err && h->nomem)
-		err = EXT2_ET_NO_MEMORY;
-	ext2fs_free_block_bitmap(h->need);
-	h->need = NULL;
-	return err;
-}
-
-/* Map the handed-over blocks into OLDER's inode. */
-static errcode_t adopt_blocks(struct nx_snapstore *store, struct nx_snap *older,
-			      struct handover *h)
-{
-	ext2_filsys fs = store->vol->fs;
-	struct ext2_inode_large inode;
-	errcode_t err = 0;
-	size_t i;
-
-	store->for_snapshot = 1;
-	for (i = 0; i < h->count && !err; i++) {
-		blk64_t b = h->b[i];
-
-		err = ext2fs_bmap2(fs, older->ino, NULL, NULL,
-				   BMAP_SET | BMAP_ALLOC, h->n[i], NULL, &b);
-		if (!err)
-			ext2fs_mark_block_bitmap2(older->mapped, h->n[i]);
-	}
-	store->for_snapshot = 0;
-	if (err)
-		return err;
-	err = nx_inode_read(store->vol, older->ino, &inode);
-	if (err)
-		return err;
-	ext2fs_iblk_add_blocks(fs, (struct ext2_inode *)&inode, h->count);
-	return nx_inode_write(store->vol, older->ino, &inode);
-}
-
-/* Free the snapshot file S, keeping the blocks listed in H allocated. */
-static errcode_t release_snapshot_file(struct nx_snapstore *store,
-				       struct nx_snap *s, struct handover *h)
-{
-	struct nx_volume *vol = store->vol;
-	ext2_filsys fs = vol->fs;
-	struct ext2_inode_large inode;
-	errcode_t err;
-	size_t i;
-
-	err = ext2fs_allocate_block_bitmap(fs, "handover", &store->keep);
-	if (err)
-		return err;
-	for (i = 0; i < h->count; i++)
-		ext2fs_mark_block_bitmap2(store->keep, h->b[i]);
-	/*
-	 * nx_punch, not ext2fs_punch: a snapshot often maps the volume's
-	 * last block, which libext2fs 1.47.0 fails to free (see nx_punch).
-	 */
-	err = nx_inode_read(vol, s->ino, &inode);
-	if (!err)
-		err = nx_punch(vol, s->ino, &inode, 0, ~0ULL);
-	if (!err)
-		err = nx_inode_write(vol, s->ino, &inode);
-	ext2fs_free_block_bitmap(store->keep);
-	store->keep = NULL;
-	if (err)
-		return err;
-	err = ext2fs_unlink(fs, store->dir, s->name, s->ino, 0);
-	if (err)
-		return err;
-	err = nx_inode_read(vol, s->ino, &inode);
-	if (err)
-		return err;
-	inode.i_links_count = 0;
-	err = nx_inode_write(vol, s->ino, &inode);
-	if (!err)
-		err = nx_inode_release(vol, s->ino);
-	return err;
-}
-
-/* Unhook S (index IDX) from the on-disk chain. */
-static errcode_t unchain(struct nx_snapstore *store, int idx)
-{
-	struct nx_snap *s = store->snaps[idx];
-	ext2_filsys fs = store->vol->fs;
-	struct ext2_inode_large inode;
-	errcode_t err;
-
-	if (idx + 1 < store->nsnaps) {
-		struct nx_snap *newer = store->snaps[idx + 1];
-
-		err = nx_inode_read(store->vol, newer->ino, &inode);
-		if (err)
-			return err;
-		snap_next(&inode) = s->next;
-		newer->next = s->next;
-		return nx_inode_write(store->vol, newer->ino, &inode);
-	}
-	fs->super->s_snapshot_list = s->next;
-	ext2fs_mark_super_dirty(fs);
-	return 0;
-}
-
-/*
- * Deleting the active snapshot S: the next older one, OLDER, becomes
- * active before anything is written, so that what the delete itself
- * changes (inode tables, /.snapshots, OLDER's own inode) is preserved
- * for it like any other change.  (Those blocks are normally OLDER's
- * already - every take makes the snapshot before it preserve the new
- * inode's table block and /.snapshots, and then its own inode's - but
- * no moment without an active snapshot is simpler than that argument.)
- * The blocks it is about to take over from S count as its own from now
- * on: preserving their current content would be wrong, S holds what
- * OLDER showed there (and until S is gone, reads of OLDER's blocks that
- * are marked but not mapped yet go on to S's).
- */
-static errcode_t activate_older(struct nx_snapstore *store,
-				struct nx_snap *older,
-				ext2fs_block_bitmap take_map,
-				const struct handover *h)
-{
-	ext2_filsys fs = store->vol->fs;
-	size_t i;
-
-	if (older)
-		for (i = 0; i < h->count; i++)
-			ext2fs_mark_block_bitmap2(older->mapped, h->n[i]);
-	fs->super->s_snapshot_inum = older ? older->ino : 0;
-	ext2fs_mark_super_dirty(fs);
-	return nx_cow_set_active(store, older, take_map);
-}
-
-errcode_t nx_snap_delete(struct nx_volume *vol, const char *name)
-{
-	struct nx_snapstore *store = vol->snap;
-	ext2_filsys fs = vol->fs;
-	struct handover h = { 0 };
-	ext2fs_block_bitmap take_map = NULL;
-	struct nx_snap *s, *older;
-	int idx, was_active;
-	errcode_t err;
-
-	if (!store || !(s = find_by_name(store, name)))
-		return ENOENT;
-	if (nx_volume_rdonly(vol))
-		return EROFS;
-	idx = nx_snap_index(store, s->ino);
-	older = idx > 0 ? store->snaps[idx - 1] : NULL;
-	was_active = s == store->active;
-	err = nx_cow_apply_pending(store);
-	if (err)
-		return err;
-	if (older) {
-		err = collect_need(store, idx - 1, s, &h, &take_map);
-		if (err)
-			goto out;
-	}
-	if (was_active) {
-		err = activate_older(store, older, take_map, &h);
-		take_map = NULL;	/* the store's now */
-		if (err)
-			goto out;
-	}
-	err = unchain(store, idx);
-	if (!err)
-		err = release_snapshot_file(store, s, &h);
-	if (!err && older)
-		err = adopt_blocks(store, older, &h);
-	if (err)
-		goto out;
-	memmove(&store->snaps[idx], &store->snaps[idx + 1],
-		(store->nsnaps - idx - 1) * sizeof(*store->snaps));
-	store->nsnaps--;
-	retire_view(store, s);
-	free_snap(s);
-	if (!store->nsnaps) {
-		ext2fs_clear_feature_has_snapshot(fs->super);
-		fs->super->s_snapshot_inum = 0;
-		fs->super->s_snapshot_list = 0;
-		fs->super->s_snapshot_r_blocks_count = 0;
-		err = remove_snapdir(store);
-	}
-	ext2fs_mark_super_dirty(fs);
-	if (!err)
-		err = nx_volume_sync(vol);
-	/* An older snapshot may be active now, holding what it holds. */
-	if (!err)
-		err = nx_cow_count_draws(store);
-out:
-	if (take_map)
-		ext2fs_free_block_bitmap(take_map);
-	free(h.n);
-	free(h.b);
 	return err;
 }
 

@@ -27,7 +27,8 @@ static int view_index(const struct view_ctx *v)
 {
 	int i = nx_snap_seek(v->store, v->id);
 
-	return i < v->store->nsnaps && v->store->snaps[i]->id == v->id ? i : -1;
+	return i < v->store->nsnaps && v->store->snaps[i]->id == v->id &&
+	       !v->store->snaps[i]->deleted ? i : -1;
 }
 
 /* Mark a superblock read through a view as a snapshot image. */

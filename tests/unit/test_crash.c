@@ -692,15 +692,28 @@ static void do_step(struct wctx *w, int i)
 		w_rename(w, "medium", "d5/medium2");
 		break;
 	case 12:
-		if (w->variant)
+		if (w->variant) {
+			int more;
+
+			/* One slice of its hand-over now, the rest below. */
 			w_err(w, "delete", S1, nx_snap_delete(w->vol, S1));
+			w_err(w, "reclaim", S1, nx_snap_reclaim(w->vol, 0,
+								 &more));
+		}
 		break;
-	case 13:
+	case 13: {
+		int more = 1;
+
 		w_unlink(w, "d1/d2/d3/deep", 0);
 		w_unlink(w, "d1/d2/d3", 1);
 		w_create(w, "d5/g", 3000, 31);
 		w_link(w, "d5/g", "d1/g_link");
+		/* Slices of one run each; step 14 commits them. */
+		while (w->variant && more && !w->err)
+			w_err(w, "reclaim", S1, nx_snap_reclaim(w->vol, 0,
+								 &more));
 		break;
+	}
 	case 15:
 		w_write(w, "small", 0, 50, 32);
 		w_write(w, "sparse", 0, 100, 33);

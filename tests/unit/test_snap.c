@@ -154,6 +154,7 @@ START_TEST(test_snapshot_preserves_overwrite_and_delete)
 	free_with_snap = ext2fs_free_blocks_count(vol->fs->super);
 	ck_assert_int_eq(nx_snap_delete(vol, "s1"), 0);
 	ck_assert_int_eq(nx_snap_delete(vol, "s1"), ENOENT);
+	ck_assert_int_eq(nx_snap_reclaim_all(vol), 0);
 	ck_assert(!ext2fs_has_feature_has_snapshot(vol->fs->super));
 	ck_assert_uint_gt(ext2fs_free_blocks_count(vol->fs->super),
 			  free_with_snap);
@@ -192,6 +193,7 @@ START_TEST(test_two_snapshots_any_delete_order)
 	ck_assert_uint_ne(snap_hash(vol, "s2", "g"), 0);
 
 	ck_assert_int_eq(nx_snap_delete(vol, newest_first ? "s2" : "s1"), 0);
+	ck_assert_int_eq(nx_snap_reclaim_all(vol), 0);
 	if (newest_first) {
 		ck_assert_uint_eq(snap_hash(vol, "s1", "f"), v0);
 		/* s1 is active again: later changes still spare it */
@@ -209,6 +211,7 @@ START_TEST(test_two_snapshots_any_delete_order)
 		ck_assert_uint_eq(snap_hash(vol, "s2", "f"), v1);
 	ck_assert_uint_eq(file_hash(vol->fs, "f") == v2, !newest_first);
 	ck_assert_int_eq(nx_snap_delete(vol, newest_first ? "s1" : "s2"), 0);
+	ck_assert_int_eq(nx_snap_reclaim_all(vol), 0);
 	ck_assert_int_eq(nx_snap_count(vol), 0);
 	ck_assert_int_eq(nxt_close_and_fsck(vol, path), 0);
 	nxt_unlink(path);
@@ -254,6 +257,7 @@ START_TEST(test_delete_snapshot_holding_last_block)
 	remove_file(vol, "f");		/* its blocks move into "s" */
 	ck_assert(ext2fs_test_block_bitmap2(fs->block_map, last));
 	ck_assert_int_eq(nx_snap_delete(vol, "s"), 0);
+	ck_assert_int_eq(nx_snap_reclaim_all(vol), 0);
 	ck_assert(!ext2fs_test_block_bitmap2(fs->block_map, last));
 	ck_assert_int_eq(nx_snap_count(vol), 0);
 	ck_assert_int_eq(nxt_close_and_fsck(vol, path), 0);

@@ -82,16 +82,17 @@ static int mark_owned(ext2_filsys fs, blk64_t *blocknr, e2_blkcnt_t cnt,
 }
 
 /*
- * Blocks a snapshot does not show: those snapshot files own now, and the
+ * Blocks a snapshot does not show: those snapshot files own now (deleted
+ * ones whose hand-over is pending too: they are on the list), and the
  * journal's (written raw and never preserved: a view's log reads through
  * to the live one, and its superblock says there is nothing to replay).
  */
 static ext2fs_block_bitmap not_shown(struct run *r)
 {
 	ext2_ino_t journal = r->vol->fs->super->s_journal_inum;
-	struct nx_snapinfo *list;
+	ext2_ino_t ino = r->vol->fs->super->s_snapshot_list;
+	struct ext2_inode inode;
 	ext2fs_block_bitmap owned;
-	int n, i;
 
 	ck_assert_int_eq(ext2fs_allocate_block_bitmap(r->vol->fs, "owned",
 						      &owned), 0);
@@ -100,13 +101,15 @@ static ext2fs_block_bitmap not_shown(struct run *r)
 						       BLOCK_FLAG_READ_ONLY,
 						       NULL, mark_owned,
 						       owned), 0);
-	ck_assert_int_eq(nx_snap_list(r->vol, &list, &n), 0);
-	for (i = 0; i < n; i++)
-		ck_assert_int_eq(ext2fs_block_iterate3(r->vol->fs, list[i].ino,
+	while (ino) {
+		ck_assert_int_eq(ext2fs_block_iterate3(r->vol->fs, ino,
 						       BLOCK_FLAG_READ_ONLY,
 						       NULL, mark_owned,
 						       owned), 0);
-	free(list);
+		ck_assert_int_eq(ext2fs_read_inode(r->vol->fs, ino, &inode),
+				 0);
+		ino = inode.osd1.linux1.l_i_version;
+	}
 	return owned;
 }
 
@@ -193,13 +196,46 @@ static void forget(struct run *r, int i)
 	r->nsnaps--;
 }
 
+/*
+ * The hand-over after a delete goes on in slices (handover.c): leave it
+ * pending, do a few slices of one run each (budget 0), or all of it -
+ * what the other snapshots show must not depend on where it stands.
+ */
+static void reclaim_some(struct run *r)
+{
+	int more = 1, k;
+
+	switch (next_rand(r) % 3) {
+	case 0:
+		break;
+	case 1:
+		for (k = 1 + next_rand(r) % 8; k-- && more; )
+			ck_assert_int_eq(nx_snap_reclaim(r->vol, 0, &more), 0);
+		break;
+	default:
+		ck_assert_int_eq(nx_snap_reclaim_all(r->vol), 0);
+	}
+}
+
+static void delete_now(struct run *r, int i)
+{
+	ck_assert_int_eq(nx_snap_delete(r->vol, r->snaps[i].name), 0);
+	ck_assert_int_eq(nx_snap_reclaim_all(r->vol), 0);
+	forget(r, i);
+	check_all(r, "after a delete handed over at once");
+}
+
 static void delete_at(struct run *r, int i)
 {
 	char what[64];
 
 	snprintf(what, sizeof(what), "after deleting %s", r->snaps[i].name);
 	ck_assert_int_eq(nx_snap_delete(r->vol, r->snaps[i].name), 0);
+	/* Gone at once, whatever is left to hand over. */
+	ck_assert_int_eq(nx_snap_find(r->vol, r->snaps[i].name, NULL), ENOENT);
 	forget(r, i);
+	check_all(r, what);
+	reclaim_some(r);
 	check_all(r, what);
 }
 
@@ -311,6 +347,7 @@ START_TEST(test_delete_keeps_every_block)
 	check_all(&r, "at the end");
 	while (r.nsnaps)
 		delete_at(&r, (int)rand64(&r, r.nsnaps));
+	ck_assert_int_eq(nx_snap_reclaim_all(r.vol), 0);
 	ck_assert(!ext2fs_has_feature_has_snapshot(r.vol->fs->super));
 	ck_assert_int_eq(nxt_close_and_fsck(r.vol, r.path), 0);
 	nxt_unlink(r.path);
@@ -444,16 +481,81 @@ START_TEST(test_delete_hands_over_reused_copies)
 	hide_forced_pick(r.vol->fs, n);
 	ext2fs_set_alloc_block_callback(r.vol->fs, pick_forced,
 		(errcode_t (**)(ext2_filsys, blk64_t, blk64_t *))&old_cb);
-	delete_at(&r, 1);			/* Q: P adopts, maps with N */
+	delete_now(&r, 1);			/* Q: P adopts, maps with N */
 	ext2fs_set_alloc_block_callback(r.vol->fs,
 		(errcode_t (*)(ext2_filsys, blk64_t, blk64_t *))old_cb, NULL);
 	ck_assert_msg(!forced_pick, "P's adoption allocated no map block");
 	ck_assert(ext2fs_test_block_bitmap2(r.vol->fs->block_map, n));
 
-	delete_at(&r, 2);			/* S: O must get its copy of N */
+	delete_now(&r, 2);			/* S: O must get its copy of N */
 	remount(&r);
 	while (r.nsnaps)
 		delete_at(&r, 0);
+	ck_assert_int_eq(nx_snap_reclaim_all(r.vol), 0);
+	ck_assert_int_eq(nxt_close_and_fsck(r.vol, r.path), 0);
+	nxt_unlink(r.path);
+}
+END_TEST
+
+/*
+ * _i: flavour.  The hand-over of a delete, slice by slice: the name is
+ * free at once (a take may reuse it while the old one's blocks are still
+ * being handed over), every slice of budget 0 (one run) leaves less
+ * pending and every kept snapshot as it was, and what is pending when the
+ * volume closes is found and finished after the next open.
+ */
+START_TEST(test_handover_slices_and_resume)
+{
+	struct run r = { 0 };
+	blk64_t held, before;
+	int snaps, more = 1, slices = 0;
+
+	nxt_root_cred(&r.root);
+	r.seed = 77 + _i;
+	nxt_mkfs(r.path, nxt_flavours[_i], 64);
+	r.vol = nxt_open(r.path);
+	r.big = new_file(&r, "big");
+	r.lib = new_file(&r, "lib");
+	change(&r, 80);
+	take(&r);			/* s0: what s1 hands over to */
+	change(&r, 80);
+	take(&r);			/* s1 */
+	change(&r, 80);			/* s1 keeps what this changes */
+	take(&r);			/* s2 */
+	ck_assert_int_eq(nx_snap_delete(r.vol, "s1"), 0);
+	forget(&r, 1);
+	nx_snap_pending(r.vol, &snaps, &held);
+	ck_assert_int_eq(snaps, 1);
+	ck_assert_uint_gt(held, 0);
+	/* The name is free: a new s1, while the old one is pending. */
+	ck_assert_int_eq(nx_snap_find(r.vol, "s1", NULL), ENOENT);
+	change(&r, 10);
+	r.taken = 1;
+	take(&r);
+	ck_assert_str_eq(r.snaps[r.nsnaps - 1].name, "s1");
+	check_all(&r, "with the hand-over pending");
+	/* A few slices, each leaving less. */
+	while (more && slices < 3) {
+		before = held;
+		ck_assert_int_eq(nx_snap_reclaim(r.vol, 0, &more), 0);
+		nx_snap_pending(r.vol, &snaps, &held);
+		ck_assert_uint_lt(held, before);
+		slices++;
+		check_all(&r, "after a slice");
+	}
+	ck_assert_msg(more, "the hand-over took fewer than 4 slices");
+	/* Closed in the middle: the next open finds and finishes it. */
+	remount(&r);
+	nx_snap_pending(r.vol, &snaps, &held);
+	ck_assert_int_eq(snaps, 1);
+	ck_assert_int_eq(nx_snap_reclaim_all(r.vol), 0);
+	nx_snap_pending(r.vol, &snaps, &held);
+	ck_assert_int_eq(snaps, 0);
+	check_all(&r, "after the hand-over");
+	remount(&r);
+	while (r.nsnaps)
+		delete_now(&r, 0);
+	ck_assert(!ext2fs_has_feature_has_snapshot(r.vol->fs->super));
 	ck_assert_int_eq(nxt_close_and_fsck(r.vol, r.path), 0);
 	nxt_unlink(r.path);
 }
@@ -468,6 +570,8 @@ int main(void)
 	tcase_add_loop_test(tc, test_delete_keeps_every_block, 0,
 			    NXT_NFLAVOURS);
 	tcase_add_loop_test(tc, test_delete_hands_over_reused_copies, 0,
+			    NXT_NFLAVOURS);
+	tcase_add_loop_test(tc, test_handover_slices_and_resume, 0,
 			    NXT_NFLAVOURS);
 	suite_add_tcase(s, tc);
 	return nxt_run_suite(s);

@@ -1041,6 +1041,7 @@ START_TEST(test_restore_rolls_back)
 	ck_assert_uint_eq(snap_hash(vol, "s1", "a"), sc.a1);
 	/* deleting the last snapshot leaves a plain, clean volume */
 	ck_assert_int_eq(nx_snap_delete(vol, "s1"), 0);
+	ck_assert_int_eq(nx_snap_reclaim_all(vol), 0);
 	ck_assert_int_eq(nxt_close_and_fsck(vol, path), 0);
 	nxt_unlink(path);
 }
@@ -1111,6 +1112,7 @@ START_TEST(test_restore_relocates_snapshot_blocks)
 			  f7);
 	ck_assert_uint_eq(snap_hash(vol, "s", "big"), big);
 	ck_assert_int_eq(nx_snap_delete(vol, "s"), 0);
+	ck_assert_int_eq(nx_snap_reclaim_all(vol), 0);
 	ck_assert_int_eq(nxt_close_and_fsck(vol, path), 0);
 	nxt_unlink(path);
 }
