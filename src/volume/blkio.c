@@ -769,7 +769,13 @@ static errcode_t write_txn_data(struct nx_blkio *io, const void *buf,
 
 	if (err)
 		return err;
-	if (io->hook_copies != copies)
+	/*
+	 * A block held by an earlier write of this transaction had its old
+	 * content copied then (the hook copies once per block and take):
+	 * the copy's mapping is no more durable now, so this write waits
+	 * too, or a crash before the commit shows it to the snapshot.
+	 */
+	if (io->hook_copies != copies || nx_blkio_range_held(io, offset, len))
 		return hold_txn_range(io, buf, len, offset, 1);
 	err = settle_overlaps(io, buf, len, offset);
 	if (!err)
