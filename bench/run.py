@@ -29,7 +29,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SRCROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
-from nxbench import agebench, delbench, mounts, recvbench   # noqa: E402
+from nxbench import agebench, delbench, layoutbench         # noqa: E402
+from nxbench import mounts, recvbench                       # noqa: E402
 from nxbench import replbench                               # noqa: E402
 from nxbench import report, snapbench, workloads           # noqa: E402
 from nxbench.mounts import BenchError                       # noqa: E402
@@ -104,6 +105,10 @@ def parse_args(argv):
                     help='skip nextfs receive against cp -a')
     ap.add_argument('--no-aged', action='store_true',
                     help='skip the write on an aged volume')
+    ap.add_argument('--no-layout', action='store_true',
+                    help='skip the layout under a snapshot (issue 29)')
+    ap.add_argument('--layout-only', action='store_true',
+                    help='run only the layout under a snapshot')
     ap.add_argument('--pairs', type=int,
                     help='snapshot overwrite without/with pairs per '
                     'repetition and image kind (default 2, --quick 5)')
@@ -320,7 +325,7 @@ def main(argv):
                         'e2fsprogs': tool_version(['mke2fs', '-V'])}},
            'suite': {}, 'snapshot_costs': [], 'take_scaling': [],
            'snapdir': [], 'aged': [], 'repl': [], 'receive': [],
-           'delete': []}
+           'delete': [], 'layout': []}
     t_start = time.perf_counter()
     interrupted = None
     try:
@@ -353,6 +358,14 @@ def main(argv):
                 res['repl'].append(replbench.run_repl(
                     tracker, params, workdir, fuse_bin, cli, log))
             if args.repl_only:
+                continue
+            if 'nextfs' in systems and not args.no_layout:
+                log('[rep %d/%d] nextfs layout under a snapshot' %
+                    (rep + 1, reps))
+                res['layout'].append(layoutbench.run_layout(
+                    tracker, params, workdir, fuse_bin, log,
+                    kernel='kernel' in systems))
+            if args.layout_only:
                 continue
             for sysname in systems:
                 log('[rep %d/%d] %s' % (rep + 1, reps, sysname))
@@ -415,6 +428,7 @@ def main(argv):
             res['meta'].setdefault('snapshots_skipped', 'interrupted')
         _finish_notes(res)
         res['summary'] = report.summarize(res)
+        res['summary']['layout'] = layoutbench.summarize(res['layout'])
         with open(out_path, 'w') as f:
             json.dump(res, f, indent=1, sort_keys=True)
         if not args.keep:
@@ -423,6 +437,7 @@ def main(argv):
             log('kept %s' % workdir)
     res['meta'].setdefault('systems', [])
     report.print_tables(res, sys.stdout)
+    layoutbench.print_table(res['layout'], sys.stdout)
     print('\nraw results: %s (%.0f s)' % (out_path, res['meta']['seconds']))
     return 130 if interrupted else 0
 

@@ -807,3 +807,11 @@ def compare(old_path, new_path, out):
             continue
         ch = '%+.0f%%' % ((b / a - 1) * 100) if a and b else '-'
         w('%-28s %12s %12s %8s\n' % (k, _fmt(a), _fmt(b), ch))
+    lo, ln = old['summary'].get('layout') or {}, \
+        new['summary'].get('layout') or {}
+    for k in sorted(set(lo) | set(ln)):
+        a, b = lo.get(k), ln.get(k)
+        if k.endswith(('_target', '_verdict')):
+            continue
+        ch = '%+.0f%%' % ((b / a - 1) * 100) if a and b else '-'
+        w('%-28s %12s %12s %8s\n' % (k, _fmt(a), _fmt(b), ch))
