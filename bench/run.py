@@ -29,7 +29,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SRCROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
-from nxbench import agebench, mounts, recvbench, replbench  # noqa: E402
+from nxbench import agebench, metabench, mounts, recvbench  # noqa: E402
+from nxbench import replbench                               # noqa: E402
 from nxbench import report, snapbench, workloads           # noqa: E402
 from nxbench.mounts import BenchError                       # noqa: E402
 
@@ -42,12 +43,12 @@ FULL = dict(image_size=4 * GIB, seq_size=GIB, rand_file=256 * MIB,
             rand_io=64 * MIB, creates=2000, tree_limit=None, reps=3,
             scaling_snaps=8, overwrite_pairs=2, snapdir_snaps=1024,
             aged_write=GIB, diff_files=200000,
-            send_files=4000)
+            send_files=4000, meta_files=100000)
 QUICK = dict(image_size=GIB, seq_size=256 * MIB, rand_file=64 * MIB,
              rand_io=16 * MIB, creates=500, tree_limit=1500, reps=1,
              scaling_snaps=8, overwrite_pairs=5, snapdir_snaps=256,
              aged_write=256 * MIB, diff_files=50000,
-             send_files=1000)
+             send_files=1000, meta_files=20000)
 
 # workloads that need an earlier one's files
 NEEDS = {'seq_read': 'seq_write', 'rand_read': 'rand_write',
@@ -99,6 +100,11 @@ def parse_args(argv):
                     '(default 4000, --quick 1000)')
     ap.add_argument('--no-receive', action='store_true',
                     help='skip nextfs receive against cp -a')
+    ap.add_argument('--no-meta', action='store_true',
+                    help='skip find per entry and mount time vs size')
+    ap.add_argument('--meta-files', type=int,
+                    help='files in the find tree (default 100000, '
+                    '--quick 20000)')
     ap.add_argument('--no-aged', action='store_true',
                     help='skip the write on an aged volume')
     ap.add_argument('--pairs', type=int,
@@ -286,6 +292,8 @@ def main(argv):
         base['diff_files'] = args.diff_files
     if args.send_files:
         base['send_files'] = args.send_files
+    if args.meta_files:
+        base['meta_files'] = args.meta_files
     wl = [w for w in args.workloads.split(',') if w]
     for w in list(wl):
         if w not in [x for x, _, _ in workloads.WORKLOADS]:
@@ -316,7 +324,8 @@ def main(argv):
                         'fio': tool_version(['fio', '--version']),
                         'e2fsprogs': tool_version(['mke2fs', '-V'])}},
            'suite': {}, 'snapshot_costs': [], 'take_scaling': [],
-           'snapdir': [], 'aged': [], 'repl': [], 'receive': []}
+           'snapdir': [], 'aged': [], 'repl': [], 'receive': [],
+           'meta_reads': []}
     t_start = time.perf_counter()
     interrupted = None
     try:
@@ -379,6 +388,11 @@ def main(argv):
                 log('[rep %d/%d] nextfs ls -la .snapshots' % (rep + 1, reps))
                 res['snapdir'].append(snapbench.run_snapdir(
                     tracker, params, workdir, fuse_bin, cli, log))
+            if 'nextfs' in systems and not args.no_meta:
+                log('[rep %d/%d] find per entry, mount time vs size' %
+                    (rep + 1, reps))
+                res['meta_reads'].append(metabench.run_meta(
+                    tracker, params, workdir, fuse_bin, systems, log))
             if 'nextfs' in systems and not args.no_receive:
                 log('[rep %d/%d] nextfs receive against cp -a' %
                     (rep + 1, reps))

@@ -5,7 +5,7 @@ import json
 import statistics
 import textwrap
 
-from . import recvbench
+from . import metabench, recvbench
 from .workloads import WORKLOADS
 
 MIB = 1 << 20
@@ -413,6 +413,7 @@ def print_tables(res, out):
     _print_snapdir(res, out)
     _print_repl(res, out)
     recvbench.print_table(res, out, _fmt)
+    metabench.print_table(res, out)
 
 
 def _print_repl(res, out):
