@@ -10,6 +10,11 @@
  * leaf, indirect block or inode table block for every block it touches
  * writes it once.  Reads see the held blocks; the hook, which needs the
  * old on-disk content, does not.
+ *
+ * Below both, metadata-sized reads go through a cache of device blocks
+ * (bcache.h, read_through_cache()) that write_device() keeps equal to
+ * the device: whatever reads the device through here - the hook
+ * included - gets what the device holds, only without a pread.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -74,7 +79,7 @@ struct nx_blkio {
 	int dfd;			/* O_DIRECT descriptor for reads, or -1 */
 	int dfd_refused;		/* it refused a read: use fd only */
 	uint64_t wgen;			/* bumped by every write (see blkio.h) */
-	struct nx_bcache *cache;	/* device blocks read (see below) */
+	struct nx_bcache *cache;	/* device blocks (top of file), or NULL */
 };
 
 /* Refused writes: a read-only channel, or one still sealed. */
