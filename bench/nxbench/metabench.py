@@ -2,8 +2,8 @@
 points 3 and 4).
 
 One repetition:
-- a tree of FILES files (100 directories; 1/3 empty, the rest a few
-  hundred bytes) is put into a new ext4 image with mke2fs -d and its
+- a tree of FILES files (100 directories, more for over 100000 files:
+  about 1000 each; 1/3 empty, the rest a few hundred bytes) is put into a new ext4 image with mke2fs -d and its
   directories indexed (e2fsck -fD, as the kernel indexes growing
   directories), so that listings come in hash order and visit the inodes
   out of order;
@@ -40,7 +40,7 @@ MOUNT_4T_MAX = 0.2
 
 
 def _make_tree(root, files):
-    dirs = 100
+    dirs = max(100, files // 1000)      # at most about 1000 per directory
     for d in range(dirs):
         p = os.path.join(root, 'd%03d' % d)
         os.mkdir(p)
