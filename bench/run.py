@@ -31,6 +31,7 @@ sys.path.insert(0, HERE)
 
 from nxbench import agebench, delbench, layoutbench         # noqa: E402
 from nxbench import mounts, recvbench                       # noqa: E402
+from nxbench import metabench                               # noqa: E402
 from nxbench import replbench                               # noqa: E402
 from nxbench import report, snapbench, workloads           # noqa: E402
 from nxbench.mounts import BenchError                       # noqa: E402
@@ -44,12 +45,14 @@ FULL = dict(image_size=4 * GIB, seq_size=GIB, rand_file=256 * MIB,
             rand_io=64 * MIB, creates=2000, tree_limit=None, reps=3,
             scaling_snaps=8, overwrite_pairs=2, snapdir_snaps=1024,
             aged_write=GIB, diff_files=200000,
-            send_files=4000, delete_gib=(1, 4, 10))
+            send_files=4000, delete_gib=(1, 4, 10),
+            meta_files=100000)
 QUICK = dict(image_size=GIB, seq_size=256 * MIB, rand_file=64 * MIB,
              rand_io=16 * MIB, creates=500, tree_limit=1500, reps=1,
              scaling_snaps=8, overwrite_pairs=5, snapdir_snaps=256,
              aged_write=256 * MIB, diff_files=50000,
-             send_files=1000, delete_gib=(1, 4))
+             send_files=1000, delete_gib=(1, 4),
+             meta_files=20000)
 
 # workloads that need an earlier one's files
 NEEDS = {'seq_read': 'seq_write', 'rand_read': 'rand_write',
@@ -103,6 +106,11 @@ def parse_args(argv):
                     help='skip the snapshot delete hand-over (issue 30)')
     ap.add_argument('--no-receive', action='store_true',
                     help='skip nextfs receive against cp -a')
+    ap.add_argument('--no-meta', action='store_true',
+                    help='skip find per entry and mount time vs size')
+    ap.add_argument('--meta-files', type=int,
+                    help='files in the find tree (default 100000, '
+                    '--quick 20000)')
     ap.add_argument('--no-aged', action='store_true',
                     help='skip the write on an aged volume')
     ap.add_argument('--no-layout', action='store_true',
@@ -294,6 +302,8 @@ def main(argv):
         base['diff_files'] = args.diff_files
     if args.send_files:
         base['send_files'] = args.send_files
+    if args.meta_files:
+        base['meta_files'] = args.meta_files
     wl = [w for w in args.workloads.split(',') if w]
     for w in list(wl):
         if w not in [x for x, _, _ in workloads.WORKLOADS]:
@@ -325,7 +335,7 @@ def main(argv):
                         'e2fsprogs': tool_version(['mke2fs', '-V'])}},
            'suite': {}, 'snapshot_costs': [], 'take_scaling': [],
            'snapdir': [], 'aged': [], 'repl': [], 'receive': [],
-           'delete': [], 'layout': []}
+           'delete': [], 'layout': [], 'meta_reads': []}
     t_start = time.perf_counter()
     interrupted = None
     try:
@@ -402,6 +412,11 @@ def main(argv):
                         str(g) for g in params['delete_gib'])))
                 res['delete'].append(delbench.run_delete(
                     tracker, params, workdir, fuse_bin, log))
+            if 'nextfs' in systems and not args.no_meta:
+                log('[rep %d/%d] find per entry, mount time vs size' %
+                    (rep + 1, reps))
+                res['meta_reads'].append(metabench.run_meta(
+                    tracker, params, workdir, fuse_bin, systems, log))
             if 'nextfs' in systems and not args.no_receive:
                 log('[rep %d/%d] nextfs receive against cp -a' %
                     (rep + 1, reps))

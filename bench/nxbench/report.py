@@ -5,7 +5,7 @@ import json
 import statistics
 import textwrap
 
-from . import delbench, recvbench
+from . import delbench, metabench, recvbench
 from .workloads import WORKLOADS
 
 MIB = 1 << 20
@@ -414,6 +414,7 @@ def print_tables(res, out):
     _print_repl(res, out)
     delbench.print_table(res, out, _fmt)
     recvbench.print_table(res, out, _fmt)
+    metabench.print_table(res, out)
 
 
 def _print_repl(res, out):

@@ -248,9 +248,11 @@ NX_IOC_GET_OPSTATS = (2 << 30) | (NX_OPSTATS_SIZE << 16) | \
     (ord('N') << 8) | 0xE4
 
 
-def opstats(path):
+def opstats(path, device=False):
     """nextfs-fuse's request counters {operation: count}, or None where
-    the file system does not have them."""
+    the file system does not have them.  DEVICE: its device counters
+    instead ({read_bytes, read_calls, cache_hits, written_bytes}: the
+    "device." lines)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError:
@@ -265,7 +267,8 @@ def opstats(path):
     out = {}
     for line in buf.rstrip(b'\0').decode().splitlines():
         name, n = line.split()
-        out[name] = int(n)
+        if name.startswith('device.') == device:
+            out[name[len('device.'):] if device else name] = int(n)
     return out
 
 

@@ -10,9 +10,18 @@
  * if the hook fails, nothing is written and the error is returned.  This
  * is where the snapshot layer preserves old block contents (copy-on-write).
  *
- * It also counts bytes read and written (for write-amplification tests
- * and benchmarks) and offers direct range I/O used by the file data path
- * to issue large contiguous requests.  Reads of 128 KiB or more whose
+ * Metadata-sized reads under the volume lock (nx_blkio_pread, every
+ * io_channel read) are served from a bounded cache of device blocks
+ * (bcache.h) once the block size is known (nx_blkio_set_unit): it holds
+ * what the device holds, is updated by every write that reaches the
+ * device and emptied of what a failed or dropped write may have changed,
+ * and sits below held blocks and the write hook, so it never hides a
+ * write, a held block or a copy-on-write.
+ *
+ * It also counts bytes read from the device and written (for
+ * write-amplification tests and benchmarks; reads served by the cache
+ * count only as cache_hits) and offers direct range I/O used by the
+ * file data path to issue large contiguous requests.  Reads of 128 KiB or more whose
  * offset, length and buffer are 4 KiB aligned bypass the page cache
  * (O_DIRECT; coherent with the buffered writes) where the device allows
  * it: the kernel's FUSE page cache is the one that keeps file data.
@@ -37,6 +46,7 @@ struct nx_blkio_stats {
 	uint64_t bytes_written;
 	uint64_t read_calls;
 	uint64_t write_calls;
+	uint64_t cache_hits;		/* reads served by the block cache */
 };
 
 struct nx_blkio;
@@ -161,6 +171,18 @@ errcode_t nx_blkio_pwrite_raw(struct nx_blkio *io, const void *buf,
  * view is read meanwhile: views must see the device as the hook left it.
  */
 void nx_blkio_set_unit(struct nx_blkio *io, uint32_t unit);
+
+/*
+ * The block cache: at most NX_BLKIO_CACHE_BYTES of blocks, filled by
+ * reads of whole blocks up to NX_BLKIO_CACHE_MAX_READ bytes long (what
+ * libext2fs reads: inode-table, directory, map and bitmap blocks; large
+ * file data reads pass by).  nx_blkio_cache_stats() is for tests and
+ * benchmarks (zeroes without a cache).
+ */
+#define NX_BLKIO_CACHE_BYTES	(32U << 20)
+#define NX_BLKIO_CACHE_MAX_READ	(64U << 10)
+struct nx_bcache_stats;
+void nx_blkio_cache_stats(struct nx_blkio *io, struct nx_bcache_stats *st);
 void nx_blkio_begin_batch(struct nx_blkio *io);
 errcode_t nx_blkio_end_batch(struct nx_blkio *io);
 

@@ -256,7 +256,11 @@ void nx_fuse_fix_stat(const struct nx_fuse *fs, ext2_ino_t ino,
  * request of its kind (the session runs that copy).  The counts are
  * per process (one mount) and never reset; nx_fuse_opstats_format()
  * writes the non-zero ones as "NAME COUNT\n" lines (whole lines only)
- * and returns the length.  Read through the NX_IOC_GET_OPSTATS ioctl.
+ * and returns the length.  Read through the NX_IOC_GET_OPSTATS ioctl,
+ * which adds the device counters of the volume (blkio.h) as lines
+ * "device.NAME COUNT" (read_bytes, read_calls, cache_hits, written_bytes:
+ * what the daemon read from and wrote to the device, and the reads its
+ * block cache served instead).
  */
 void nx_fuse_opstats_wrap(const struct fuse_lowlevel_ops *ops,
 			  struct fuse_lowlevel_ops *out);

@@ -11,11 +11,13 @@
  */
 #include "fuse_internal.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <linux/fs.h>
+#include "nextfs/blkio.h"
 #include "nextfs/inode.h"
 #include "nextfs/nxioctl.h"
 #include "nextfs/snapshot.h"
@@ -152,6 +154,22 @@ static errcode_t ioctl_get_mtime(struct nx_fuse *fs, ext2_ino_t ino,
 	return 0;
 }
 
+/* The device counters after the request counters (fuse_ops.h). */
+static void format_device_stats(struct nx_fuse *live, char *buf, size_t size)
+{
+	struct nx_blkio_stats io;
+	size_t used = strlen(buf);
+
+	nx_blkio_get_stats(live->vol->io, &io);
+	snprintf(buf + used, size - used,
+		 "device.read_bytes %llu\ndevice.read_calls %llu\n"
+		 "device.cache_hits %llu\ndevice.written_bytes %llu\n",
+		 (unsigned long long)io.bytes_read,
+		 (unsigned long long)io.read_calls,
+		 (unsigned long long)io.cache_hits,
+		 (unsigned long long)io.bytes_written);
+}
+
 /* NX_IOC_GET_OPSTATS: the request counters as text (nxioctl.h). */
 static void reply_opstats(fuse_req_t req, size_t out_bufsz)
 {
@@ -167,6 +185,8 @@ static void reply_opstats(fuse_req_t req, size_t out_bufsz)
 		return;
 	}
 	nx_fuse_opstats_format(st->text, sizeof(st->text));
+	format_device_stats(fuse_req_userdata(req), st->text,
+			    sizeof(st->text));
 	fuse_reply_ioctl(req, 0, st, sizeof(*st));
 	free(st);
 }

@@ -226,7 +226,8 @@ static void nx_op_init(void *userdata, struct fuse_conn_info *conn)
 	 * never change (their node ids carry the never-reused snapshot id).
 	 */
 	conn->want &= ~(FUSE_CAP_WRITEBACK_CACHE | FUSE_CAP_HANDLE_KILLPRIV |
-			FUSE_CAP_SPLICE_READ | FUSE_CAP_AUTO_INVAL_DATA);
+			FUSE_CAP_SPLICE_READ | FUSE_CAP_AUTO_INVAL_DATA |
+			FUSE_CAP_READDIRPLUS_AUTO);
 	conn->max_write = NX_MAX_WRITE;
 	conn->max_read = fs->max_read;	/* as fuse_main.c mounted it */
 	if (conn->max_readahead > NX_MAX_READAHEAD)

@@ -10,6 +10,11 @@
  * leaf, indirect block or inode table block for every block it touches
  * writes it once.  Reads see the held blocks; the hook, which needs the
  * old on-disk content, does not.
+ *
+ * Below both, metadata-sized reads go through a cache of device blocks
+ * (bcache.h, read_through_cache()) that write_device() keeps equal to
+ * the device: whatever reads the device through here - the hook
+ * included - gets what the device holds, only without a pread.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -18,6 +23,7 @@
 #include <string.h>
 #include <unistd.h>
 #include <sys/stat.h>
+#include "nextfs/bcache.h"
 #include "nextfs/blkio.h"
 #include "nextfs/devname.h"
 #include "nextfs/faults.h"
@@ -73,6 +79,7 @@ struct nx_blkio {
 	int dfd;			/* O_DIRECT descriptor for reads, or -1 */
 	int dfd_refused;		/* it refused a read: use fd only */
 	uint64_t wgen;			/* bumped by every write (see blkio.h) */
+	struct nx_bcache *cache;	/* device blocks (top of file), or NULL */
 };
 
 /* Refused writes: a read-only channel, or one still sealed. */
@@ -128,6 +135,8 @@ void nx_blkio_get_stats(struct nx_blkio *io, struct nx_blkio_stats *st)
 					 __ATOMIC_RELAXED);
 	st->write_calls = __atomic_load_n(&io->stats.write_calls,
 					  __ATOMIC_RELAXED);
+	st->cache_hits = __atomic_load_n(&io->stats.cache_hits,
+					 __ATOMIC_RELAXED);
 }
 
 static size_t slot_of(const struct nx_blkio *io, uint64_t off)
@@ -365,6 +374,19 @@ static errcode_t flush_held(struct nx_blkio *io)
 void nx_blkio_set_unit(struct nx_blkio *io, uint32_t unit)
 {
 	io->unit = unit;
+	nx_bcache_free(io->cache);
+	io->cache = NULL;
+	/* Without memory for a cache reads just go to the device. */
+	if (unit && NX_BLKIO_CACHE_BYTES / unit)
+		nx_bcache_create(unit, NX_BLKIO_CACHE_BYTES / unit, &io->cache);
+}
+
+void nx_blkio_cache_stats(struct nx_blkio *io, struct nx_bcache_stats *st)
+{
+	if (io->cache)
+		nx_bcache_get_stats(io->cache, st);
+	else
+		memset(st, 0, sizeof(*st));
 }
 
 void nx_blkio_begin_batch(struct nx_blkio *io)
@@ -456,6 +478,43 @@ static int read_held_block(struct nx_blkio *io, void *buf, uint64_t len,
 	return 1;
 }
 
+static int cacheable(const struct nx_blkio *io, uint64_t len, uint64_t offset)
+{
+	return io->cache && len && len <= NX_BLKIO_CACHE_MAX_READ &&
+	       offset % io->unit == 0 && len % io->unit == 0;
+}
+
+/*
+ * What the device holds at [offset, offset+len): from the block cache
+ * where it has every block, else from the device (then cached).  The
+ * fault plan judges every read, served from the cache or not, so that
+ * an injected read error is seen exactly as without the cache.
+ */
+static errcode_t read_through_cache(struct nx_blkio *io, char *p, uint64_t len,
+				    uint64_t offset)
+{
+	uint64_t epoch;
+	errcode_t err;
+
+	if (!cacheable(io, len, offset))
+		return read_device(io, p, len, offset);
+	if (io->faults) {
+		int fate = nx_faults_on_read(io->faults, offset, len);
+
+		if (fate)
+			return fate;
+	}
+	if (nx_bcache_get(io->cache, offset, len, p)) {
+		STAT_ADD(io, cache_hits, 1);
+		return 0;
+	}
+	epoch = nx_bcache_epoch(io->cache);
+	err = read_device(io, p, len, offset);
+	if (!err)
+		nx_bcache_fill(io->cache, offset, len, p, epoch);
+	return err;
+}
+
 errcode_t nx_blkio_pread(struct nx_blkio *io, void *buf, uint64_t len,
 			 uint64_t offset)
 {
@@ -463,7 +522,7 @@ errcode_t nx_blkio_pread(struct nx_blkio *io, void *buf, uint64_t len,
 
 	if (read_held_block(io, buf, len, offset))
 		return 0;
-	err = read_device(io, buf, len, offset);
+	err = read_through_cache(io, buf, len, offset);
 	if (!err)
 		overlay_held(io, buf, len, offset);
 	return err;
@@ -582,6 +641,11 @@ static errcode_t write_device(struct nx_blkio *io, const void *buf,
 	 */
 	pthread_rwlock_wrlock(&io->share);
 	err = pwrite_all(io, buf, len, offset);
+	/* A failed write may have changed part of the range. */
+	if (io->cache && !err)
+		nx_bcache_update(io->cache, offset, len, buf);
+	else if (io->cache)
+		nx_bcache_forget(io->cache, offset, len);
 	pthread_rwlock_unlock(&io->share);
 	return err;
 }
@@ -1062,6 +1126,7 @@ static errcode_t blkio_close(io_channel channel)
 		flush_held(io);
 	free(io->held);
 	free(io->slots);
+	nx_bcache_free(io->cache);
 	close(io->fd);
 	if (io->dfd >= 0)
 		close(io->dfd);

@@ -19,6 +19,7 @@
 #include <ext2fs/ext2fs.h>
 #include <et/com_err.h>
 #include "nextfs/volume.h"
+#include "nextfs/bitmaps.h"
 #include "nextfs/blkio.h"
 #include "nextfs/devname.h"
 #include "nextfs/holder.h"
@@ -207,7 +208,7 @@ static errcode_t read_bitmaps(struct nx_volume *vol, struct nx_damage *dmg)
 	 * extents cost what the allocation pattern costs instead.
 	 */
 	vol->fs->default_bitmap_type = EXT2FS_BMAP64_RBTREE;
-	err = ext2fs_read_bitmaps(vol->fs);
+	err = nx_bitmaps_read(vol->fs);
 	vol->fs->flags &= ~EXT2_FLAG_IGNORE_CSUM_ERRORS;
 	if (err)
 		nx_sanity_bitmap_problem(vol->fs, err, dmg);

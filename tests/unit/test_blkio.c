@@ -1,6 +1,7 @@
 /*
  * test_blkio.c - the block I/O layer: write hook, write batching, the
- * page cache hints, and byte channels (bytechan.h).
+ * page cache hints, the block cache (bcache.h), and byte channels
+ * (bytechan.h).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -10,8 +11,10 @@
 #include <sys/mman.h>
 #include <sys/vfs.h>
 #include "fixture.h"
+#include "nextfs/bcache.h"
 #include "nextfs/blkio.h"
 #include "nextfs/bytechan.h"
+#include "nextfs/faults.h"
 
 #define BS 1024
 
@@ -401,6 +404,158 @@ START_TEST(test_bytechan_serves_file_system_from_callbacks)
 }
 END_TEST
 
+/* The cache on its own: fills, hits, patches, forgets, stale fills, bound. */
+START_TEST(test_bcache_bounded_patched_and_forgotten)
+{
+	struct nx_bcache *c;
+	struct nx_bcache_stats st;
+	char blk[16], out[32], big[64];
+	uint64_t epoch;
+	int i;
+
+	ck_assert_int_eq(nx_bcache_create(16, 4, &c), 0);
+	for (i = 0; i < 6; i++) {
+		memset(blk, 'a' + i, sizeof(blk));
+		nx_bcache_fill(c, (uint64_t)i * 16, 16, blk,
+			       nx_bcache_epoch(c));
+	}
+	nx_bcache_get_stats(c, &st);
+	ck_assert_uint_eq(st.blocks, 4);	/* never more than asked */
+	ck_assert_uint_eq(st.evictions, 2);
+	/* The newest is there, with its bytes; a two-block read too. */
+	ck_assert(nx_bcache_get(c, 5 * 16, 16, out));
+	ck_assert(out[0] == 'f' && out[15] == 'f');
+	ck_assert(nx_bcache_get(c, 4 * 16, 32, out));
+	ck_assert(out[0] == 'e' && out[31] == 'f');
+	/* A write across blocks patches what is cached, byte exact. */
+	memset(big, 'Z', sizeof(big));
+	nx_bcache_update(c, 4 * 16 + 10, 12, big);
+	ck_assert(nx_bcache_get(c, 4 * 16, 32, out));
+	ck_assert(out[9] == 'e' && out[10] == 'Z' && out[15] == 'Z');
+	ck_assert(out[16] == 'Z' && out[21] == 'Z' && out[22] == 'f');
+	/* Forgotten: a miss, and a two-block read needs both. */
+	nx_bcache_forget(c, 5 * 16 + 3, 1);
+	ck_assert(!nx_bcache_get(c, 5 * 16, 16, out));
+	ck_assert(!nx_bcache_get(c, 4 * 16, 32, out));
+	ck_assert(nx_bcache_get(c, 4 * 16, 16, out));
+	/* Bytes read before a write are not cached after it. */
+	epoch = nx_bcache_epoch(c);
+	nx_bcache_update(c, 0, 1, big);
+	memset(blk, 'x', sizeof(blk));
+	nx_bcache_fill(c, 9 * 16, 16, blk, epoch);
+	ck_assert(!nx_bcache_get(c, 9 * 16, 16, out));
+	nx_bcache_clear(c);
+	ck_assert(!nx_bcache_get(c, 4 * 16, 16, out));
+	nx_bcache_free(c);
+}
+END_TEST
+
+/* The checks of test_cache_is_the_device, run inside the write hook. */
+struct truth {
+	struct nx_blkio *io;
+	int fd;
+	int hook_calls;
+};
+
+static void assert_block_is_device(struct truth *t, uint64_t blk)
+{
+	char got[BS], want[BS];
+
+	ck_assert_int_eq(nx_blkio_pread(t->io, got, BS, blk * BS), 0);
+	ck_assert_int_eq(pread(t->fd, want, BS, (off_t)(blk * BS)), BS);
+	ck_assert_msg(!memcmp(got, want, BS), "block %llu: the cache hides "
+		      "the device", (unsigned long long)blk);
+}
+
+/* Copy-on-write must see the old content: the device's, not a cached one. */
+static errcode_t truth_hook(void *priv, uint64_t off, uint64_t len,
+			    const void *data)
+{
+	struct truth *t = priv;
+	uint64_t b;
+
+	t->hook_calls++;
+	for (b = off / BS; b * BS < off + len; b++)
+		assert_block_is_device(t, b);
+	return 0;
+}
+
+/*
+ * Random reads and writes of every kind, with and without a fault plan
+ * that drops writes: after each, every block read through the channel
+ * is what the file holds (read with a descriptor of its own).
+ */
+START_TEST(test_cache_is_the_device)
+{
+	char path[64], buf[4 * BS + 512];
+	io_channel chan = open_chan(path);
+	struct nx_blkio *io = nx_blkio_from_channel(chan);
+	struct truth t = { .io = io };
+	struct nx_faults cut;
+	struct nx_bcache_stats st;
+	unsigned seed = 30, i, k, b;
+
+	t.fd = open(path, O_RDONLY);
+	ck_assert_int_ge(t.fd, 0);
+	nx_blkio_set_unit(io, BS);
+	nx_blkio_set_hook(io, truth_hook, &t);
+	for (i = 0; i < 3000; i++) {
+		unsigned op = (unsigned)rand_r(&seed) % 6;
+		uint64_t blk = (unsigned)rand_r(&seed) % 60;
+		uint64_t off = blk * BS + (op == 1 ? rand_r(&seed) % BS : 0);
+		size_t len = op == 1 ? 1 + (size_t)rand_r(&seed) % (3 * BS) :
+			     BS * (1 + (size_t)rand_r(&seed) % 4);
+
+		if (i == 1000) {	/* a crash: writes dropped from here */
+			memset(&cut, 0, sizeof(cut));
+			cut.cut_after = 1;
+			cut.unit = BS;
+			nx_blkio_set_faults(io, &cut);
+		} else if (i == 1500) {
+			nx_blkio_set_faults(io, NULL);
+		}
+		for (k = 0; k < len; k++)
+			buf[k] = (char)rand_r(&seed);
+		switch (op) {
+		case 0:
+			ck_assert_int_eq(nx_blkio_pread(io, buf, len, off), 0);
+			break;
+		case 1:
+			ck_assert_int_eq(nx_blkio_pwrite(io, buf, len, off), 0);
+			break;
+		case 2:
+			ck_assert_int_eq(nx_blkio_pwrite_raw(io, buf, len, off),
+					 0);
+			break;
+		case 3:
+			ck_assert_int_eq(nx_blkio_pwrite_data(io, buf, len,
+							      off), 0);
+			break;
+		case 4:		/* held, then written through the hook */
+			nx_blkio_begin_batch(io);
+			ck_assert_int_eq(nx_blkio_pwrite(io, buf, BS, off), 0);
+			ck_assert_int_eq(io_channel_read_blk64(chan, blk, 1,
+							buf + BS), 0);
+			ck_assert(!memcmp(buf, buf + BS, BS));
+			ck_assert_int_eq(nx_blkio_end_batch(io), 0);
+			break;
+		default:
+			ck_assert_int_eq(io_channel_read_blk64(chan, blk,
+						(int)(len / BS), buf), 0);
+			break;
+		}
+		for (b = 0; b < 64; b++)
+			assert_block_is_device(&t, b);
+	}
+	nx_blkio_cache_stats(io, &st);
+	ck_assert_uint_gt(st.hits, 1000);	/* it did serve reads */
+	ck_assert_uint_gt(t.hook_calls, 100);
+	close(t.fd);
+	ck_assert_int_eq(io_channel_close(chan), 0);
+	unlink(path);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("blkio");
@@ -411,6 +566,8 @@ int main(void)
 	tcase_add_test(tc, test_batch_keeps_order_with_larger_writes);
 	tcase_add_test(tc, test_streamed_data_dropped_behind_window);
 	tcase_add_test(tc, test_large_reads_bypass_page_cache_and_see_writes);
+	tcase_add_test(tc, test_bcache_bounded_patched_and_forgotten);
+	tcase_add_test(tc, test_cache_is_the_device);
 	tcase_add_loop_test(tc, test_bytechan_serves_file_system_from_callbacks,
 			    0, NXT_NFLAVOURS);
 	suite_add_tcase(s, tc);

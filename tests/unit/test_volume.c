@@ -10,6 +10,8 @@
 #include <string.h>
 #include <unistd.h>
 #include "fixture.h"
+#include "nextfs/bitmaps.h"
+#include "nextfs/blkio.h"
 
 /* The primary superblock as it is on disk now. */
 static void read_super(const char *path, struct ext2_super_block *sb)
@@ -155,6 +157,138 @@ START_TEST(test_refusal_writes_nothing)
 }
 END_TEST
 
+/*
+ * Allocate blocks and inodes in groups spread over the volume with
+ * libext2fs itself, so that some groups are initialised and most (on the
+ * large sparse image) are not.
+ */
+static void scatter_allocations(const char *path)
+{
+	ext2_filsys fs;
+	blk64_t blk;
+	ext2_ino_t ino;
+	dgrp_t g;
+
+	ck_assert_int_eq(ext2fs_open2(path, NULL, EXT2_FLAG_RW |
+				      EXT2_FLAG_64BITS, 0, 0,
+				      nx_blkio_manager, &fs), 0);
+	ck_assert_int_eq(ext2fs_read_bitmaps(fs), 0);
+	for (g = 1; g < fs->group_desc_count; g += 3) {
+		ck_assert_int_eq(ext2fs_new_block2(fs,
+				ext2fs_group_first_block2(fs, g) + 7, NULL,
+				&blk), 0);
+		ext2fs_block_alloc_stats2(fs, blk, +1);
+		if (g % 2)
+			continue;
+		ck_assert_int_eq(ext2fs_new_inode(fs, g *
+				fs->super->s_inodes_per_group + 1, 0100644,
+				NULL, &ino), 0);
+		ext2fs_inode_alloc_stats2(fs, ino, +1, 0);
+	}
+	ck_assert_int_eq(ext2fs_close_free(&fs), 0);
+}
+
+static ext2_filsys open_for_bitmaps(const char *path)
+{
+	ext2_filsys fs;
+
+	ck_assert_int_eq(ext2fs_open2(path, NULL, EXT2_FLAG_64BITS, 0, 0,
+				      nx_blkio_manager, &fs), 0);
+	fs->default_bitmap_type = EXT2FS_BMAP64_RBTREE;	/* as volume.c */
+	return fs;
+}
+
+static void assert_same_bitmaps(ext2_filsys a, ext2_filsys b)
+{
+	blk64_t first = a->super->s_first_data_block;
+	blk64_t nblk = EXT2_GROUPS_TO_BLOCKS(a->super, a->group_desc_count);
+	size_t ni = a->super->s_inodes_count;
+	char *x = malloc(nblk / 8 + 1), *y = malloc(nblk / 8 + 1);
+	char *p = malloc(ni / 8 + 1), *q = malloc(ni / 8 + 1);
+	int tails = EXT2_FLAG_BBITMAP_TAIL_PROBLEM |
+		    EXT2_FLAG_IBITMAP_TAIL_PROBLEM;
+
+	ck_assert(x && y && p && q);
+	ck_assert_int_eq(ext2fs_get_block_bitmap_range2(a->block_map, first,
+							nblk, x), 0);
+	ck_assert_int_eq(ext2fs_get_block_bitmap_range2(b->block_map, first,
+							nblk, y), 0);
+	ck_assert_msg(!memcmp(x, y, nblk / 8), "block bitmaps differ");
+	ck_assert_int_eq(ext2fs_get_inode_bitmap_range2(a->inode_map, 1, ni,
+							p), 0);
+	ck_assert_int_eq(ext2fs_get_inode_bitmap_range2(b->inode_map, 1, ni,
+							q), 0);
+	ck_assert_msg(!memcmp(p, q, ni / 8), "inode bitmaps differ");
+	ck_assert_int_eq(a->flags & tails, b->flags & tails);
+	free(x);
+	free(y);
+	free(p);
+	free(q);
+}
+
+/* libext2fs's loader and ours, on the same image: same bits or same error. */
+static void compare_loaders(const char *path)
+{
+	ext2_filsys a = open_for_bitmaps(path), b = open_for_bitmaps(path);
+	errcode_t ea = ext2fs_read_bitmaps(a), eb = nx_bitmaps_read(b);
+
+	ck_assert_int_eq(eb, ea);
+	if (!ea)
+		assert_same_bitmaps(a, b);
+	else
+		ck_assert(!b->block_map && !b->inode_map);
+	ext2fs_close_free(&a);
+	ext2fs_close_free(&b);
+}
+
+/* Flip a byte of group G's block (INODE: inode) bitmap on disk. */
+static void damage_bitmap(const char *path, dgrp_t g, int inode)
+{
+	ext2_filsys fs = open_for_bitmaps(path);
+	blk64_t blk = inode ? ext2fs_inode_bitmap_loc(fs, g) :
+			      ext2fs_block_bitmap_loc(fs, g);
+	off_t off = (off_t)(blk * fs->blocksize) + 100;
+	unsigned char c;
+	int fd = open(path, O_RDWR);
+
+	ext2fs_close_free(&fs);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(pread(fd, &c, 1, off), 1);
+	c ^= 0x10;
+	ck_assert_int_eq(pwrite(fd, &c, 1, off), 1);
+	close(fd);
+}
+
+/*
+ * nx_bitmaps_read() skips uninitialised groups; what it loads must be
+ * exactly libext2fs's, on every flavour and on a large sparse volume
+ * with lazily initialised groups, and a damaged bitmap must fail it
+ * with libext2fs's error (which the refusal names: test_damaged.py).
+ */
+START_TEST(test_bitmaps_load_like_libext2fs)
+{
+	char path[256], args[256];
+	int big = _i == NXT_NFLAVOURS;
+
+	/* Several groups on every flavour (4 KiB blocks: 16 MiB groups). */
+	snprintf(args, sizeof(args), "%s%s", big ?
+		 "-t ext4 -E lazy_itable_init=1 -N 65536" : nxt_flavours[_i],
+		 _i == 0 ? "" : " -g 4096");
+	nxt_mkfs(path, args, big ? 4096 : 96);
+	compare_loaders(path);
+	scatter_allocations(path);
+	compare_loaders(path);
+	if (big || _i >= 2) {		/* metadata_csum: damage is seen */
+		damage_bitmap(path, 4, 0);	/* group 4 is initialised */
+		compare_loaders(path);
+		damage_bitmap(path, 4, 0);
+		damage_bitmap(path, 4, 1);
+		compare_loaders(path);
+	}
+	nxt_unlink(path);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("volume");
@@ -165,6 +299,8 @@ int main(void)
 	tcase_add_test(tc, test_one_writer_or_many_readers);
 	tcase_add_loop_test(tc, test_reader_writes_nothing, 0, NXT_NFLAVOURS);
 	tcase_add_test(tc, test_refusal_writes_nothing);
+	tcase_add_loop_test(tc, test_bitmaps_load_like_libext2fs, 0,
+			    NXT_NFLAVOURS + 1);
 	suite_add_tcase(s, tc);
 	return nxt_run_suite(s);
 }
