@@ -149,6 +149,21 @@ uint64_t nx_fuse_new_handle(void);
 void nx_fuse_defrag(fuse_req_t req, fuse_ino_t nodeid, const void *in,
 		    size_t in_size, size_t out_size);
 
+/*
+ * fuse_ops.c: on ENOSPC with unlinked inodes still referenced, let their
+ * FORGETs in and say to try again (at most a few times); lock held.
+ */
+int nx_fuse_retry_enospc(struct nx_fuse *fs, errcode_t err, int *tries);
+
+/* xattr_ops.c: the extended attribute requests (fuse_lowlevel_ops). */
+void nx_fuse_setxattr(fuse_req_t req, fuse_ino_t nodeid, const char *name,
+		      const char *value, size_t size, int flags);
+void nx_fuse_getxattr(fuse_req_t req, fuse_ino_t nodeid, const char *name,
+		      size_t size);
+void nx_fuse_listxattr(fuse_req_t req, fuse_ino_t nodeid, size_t size);
+void nx_fuse_removexattr(fuse_req_t req, fuse_ino_t nodeid,
+			 const char *name);
+
 void nx_fuse_ioctl(fuse_req_t req, fuse_ino_t nodeid, unsigned int cmd,
 		   void *arg, struct fuse_file_info *fi, unsigned flags,
 		   const void *in_buf, size_t in_bufsz, size_t out_bufsz);

@@ -177,7 +177,7 @@ static void victim_unlinked(struct nx_fuse *fs, ext2_ino_t victim)
  * (rm big; cp other . on a full volume), so on ENOSPC with such inodes
  * pending, let the forgets in and try again.  Called with the lock held.
  */
-static int retry_enospc(struct nx_fuse *fs, errcode_t err, int *tries)
+int nx_fuse_retry_enospc(struct nx_fuse *fs, errcode_t err, int *tries)
 {
 	if (nx_errno(err) != ENOSPC || *tries >= 3 ||
 	    !nx_nodes_pending(fs->nodes))
@@ -428,7 +428,7 @@ static errcode_t new_entry(struct nx_fuse *fs, struct nx_cred *cred,
 		else
 			err = nx_mknod(fs->vol, cred, dir, name, mode, rdev,
 				       &ino);
-	} while (retry_enospc(fs, err, &tries));
+	} while (nx_fuse_retry_enospc(fs, err, &tries));
 	cred->umask = umask;
 	if (err)
 		return err;
@@ -498,7 +498,7 @@ static void nx_op_link(fuse_req_t req, fuse_ino_t nodeid, fuse_ino_t newparent,
 	do
 		err = nx_link(fs->vol, &cred, ino, to_ext2(newparent),
 			      newname);
-	while (retry_enospc(fs, err, &tries));
+	while (nx_fuse_retry_enospc(fs, err, &tries));
 	if (!err)
 		err = entry_ref(fs, ino, &e);
 	nx_volume_unlock(fs->vol);
@@ -552,7 +552,7 @@ static void nx_op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 	do
 		err = nx_rename(fs->vol, &cred, olddir, name, newdir, newname,
 				flags, &replaced);
-	while (retry_enospc(fs, err, &tries));
+	while (nx_fuse_retry_enospc(fs, err, &tries));
 	if (!err)
 		victim_unlinked(fs, replaced);
 	nx_volume_unlock(fs->vol);
@@ -1091,7 +1091,7 @@ static void nx_op_write(fuse_req_t req, fuse_ino_t nodeid, const char *buf,
 		do
 			err = nx_file_write(fs->vol, ino, buf, size, pos,
 					    &written);
-		while (!written && retry_enospc(fs, err, &tries));
+		while (!written && nx_fuse_retry_enospc(fs, err, &tries));
 	}
 	nx_volume_unlock(fs->vol);
 	if (err && !written) {
@@ -1170,7 +1170,7 @@ static void nx_op_fallocate(fuse_req_t req, fuse_ino_t nodeid, int mode,
 			err = nx_file_fallocate(fs->vol, ino, mode,
 						(uint64_t)offset,
 						(uint64_t)length);
-		while (retry_enospc(fs, err, &tries));
+		while (nx_fuse_retry_enospc(fs, err, &tries));
 	nx_volume_unlock(fs->vol);
 	reply_err(req, err);
 }
@@ -1427,97 +1427,6 @@ static void nx_op_fsyncdir(fuse_req_t req, fuse_ino_t nodeid, int datasync,
 	nx_op_fsync(req, nodeid, datasync, fi);
 }
 
-/* ------------------------------------------------------------------ */
-/* Extended attributes                                                 */
-
-static void nx_op_setxattr(fuse_req_t req, fuse_ino_t nodeid, const char *name,
-			   const char *value, size_t size, int flags)
-{
-	struct nx_fuse *fs = req_fs(req);
-	ext2_ino_t ino = to_ext2(nodeid);
-	struct nx_cred cred;
-	int tries = 0;
-	errcode_t err;
-
-	get_cred(req, &cred);
-	nx_volume_lock(fs->vol);
-	do
-		err = nx_setxattr(fs->vol, &cred, ino, name, value, size,
-				  flags);
-	while (retry_enospc(fs, err, &tries));
-	nx_volume_unlock(fs->vol);
-	reply_err(req, err);
-}
-
-/* getxattr and listxattr: size 0 asks for the length only. */
-static void reply_sized(fuse_req_t req, errcode_t err, const char *buf,
-			size_t size, size_t len)
-{
-	if (err)
-		reply_err(req, err);
-	else if (!size)
-		fuse_reply_xattr(req, len);
-	else
-		fuse_reply_buf(req, buf, len);
-}
-
-static void nx_op_getxattr(fuse_req_t req, fuse_ino_t nodeid, const char *name,
-			   size_t size)
-{
-	struct nx_fuse *fs = req_fs(req);
-	struct nx_cred cred;
-	char *buf = NULL;
-	size_t len = 0;
-	errcode_t err = 0;
-
-	if (size && !(buf = malloc(size))) {
-		fuse_reply_err(req, ENOMEM);
-		return;
-	}
-	get_cred(req, &cred);
-	nx_volume_lock(fs->vol);
-	err = nx_getxattr(fs->vol, &cred, to_ext2(nodeid), name, buf, size,
-			  &len);
-	nx_volume_unlock(fs->vol);
-	reply_sized(req, err, buf, size, len);
-	free(buf);
-}
-
-static void nx_op_listxattr(fuse_req_t req, fuse_ino_t nodeid, size_t size)
-{
-	struct nx_fuse *fs = req_fs(req);
-	struct nx_cred cred;
-	char *buf = NULL;
-	size_t len = 0;
-	errcode_t err;
-
-	if (size && !(buf = malloc(size))) {
-		fuse_reply_err(req, ENOMEM);
-		return;
-	}
-	get_cred(req, &cred);
-	nx_volume_lock(fs->vol);
-	err = nx_listxattr(fs->vol, &cred, to_ext2(nodeid), buf, size, &len);
-	nx_volume_unlock(fs->vol);
-	reply_sized(req, err, buf, size, len);
-	free(buf);
-}
-
-static void nx_op_removexattr(fuse_req_t req, fuse_ino_t nodeid,
-			      const char *name)
-{
-	struct nx_fuse *fs = req_fs(req);
-	ext2_ino_t ino = to_ext2(nodeid);
-	struct nx_cred cred;
-	errcode_t err;
-
-	get_cred(req, &cred);
-	nx_volume_lock(fs->vol);
-	err = nx_removexattr(fs->vol, &cred, ino, name);
-	nx_volume_unlock(fs->vol);
-	reply_err(req, err);
-}
-
 const struct fuse_lowlevel_ops nx_fuse_ops = {
 	.init		= nx_op_init,
 	.destroy	= nx_op_destroy,
@@ -1546,10 +1455,10 @@ const struct fuse_lowlevel_ops nx_fuse_ops = {
 	.releasedir	= nx_op_releasedir,
 	.fsyncdir	= nx_op_fsyncdir,
 	.statfs		= nx_op_statfs,
-	.setxattr	= nx_op_setxattr,
-	.getxattr	= nx_op_getxattr,
-	.listxattr	= nx_op_listxattr,
-	.removexattr	= nx_op_removexattr,
+	.setxattr	= nx_fuse_setxattr,
+	.getxattr	= nx_fuse_getxattr,
+	.listxattr	= nx_fuse_listxattr,
+	.removexattr	= nx_fuse_removexattr,
 	.access		= nx_op_access,
 	.create		= nx_op_create,
 	.fallocate	= nx_op_fallocate,
