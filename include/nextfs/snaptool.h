@@ -186,8 +186,8 @@ errcode_t nx_snap_restore(const char *device, const char *name, int flags,
 			  size_t msglen);
 
 /* ------------------------------------------------------------------ */
-/* Internal to the tool modules (src/snap/check.c, export.c, diff.c,
- * restore.c): block ownership as e2fsck sees it. */
+/* Internal to the tool modules (src/snap/owners.c; used by check.c,
+ * export.c, diff.c, restore.c): block ownership as e2fsck sees it. */
 
 /*
  * Which blocks does the file system use?  Filesystem metadata (super

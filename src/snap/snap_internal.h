@@ -189,6 +189,9 @@ errcode_t nx_snap_flush(struct nx_volume *vol);
  */
 int nx_snap_block_rank(struct nx_volume *vol, blk64_t blk);
 
+/* owners.c: superblocks, descriptors, bitmaps, inode tables, MMP. */
+void nx_mark_fs_metadata(ext2_filsys fs, ext2fs_block_bitmap map);
+
 /* cow.c */
 /* The overwrite policy (overwrite.h) of every volume with a store. */
 extern const struct nx_overwrite_ops nx_snap_overwrite_ops;
