@@ -135,6 +135,10 @@ errcode_t nx_delta_remember(struct nx_delta_work *w, int s, ext2_ino_t ino,
 errcode_t nx_delta_compute(struct nx_delta_source *src, unsigned flags,
 			   struct nx_delta *delta);
 void nx_delta_free(struct nx_delta *delta);
+/* The name in V[0..N) with L's parent and name, or NULL. */
+const struct nx_delta_name *nx_delta_find_name(const struct nx_delta_name *v,
+					       size_t n,
+					       const struct nx_delta_name *l);
 
 /*
  * Paths of any length, for the sources' walks: *PATH[0..LEN) "/" NAME in

@@ -99,9 +99,9 @@ static void free_names(struct nx_delta_name *v, size_t n)
 	free(v);
 }
 
-static const struct nx_delta_name *find_name(const struct nx_delta_name *v,
-					     size_t n,
-					     const struct nx_delta_name *l)
+const struct nx_delta_name *nx_delta_find_name(const struct nx_delta_name *v,
+					       size_t n,
+					       const struct nx_delta_name *l)
 {
 	size_t i;
 
@@ -118,7 +118,8 @@ static size_t count_only(const struct nx_delta_inode *d, int s,
 	size_t i, n = 0;
 
 	for (i = 0; i < d->nnames[s]; i++)
-		if (!find_name(d->names[!s], d->nnames[!s], &d->names[s][i])) {
+		if (!nx_delta_find_name(d->names[!s], d->nnames[!s],
+					&d->names[s][i])) {
 			n++;
 			*one = &d->names[s][i];
 		}
@@ -312,7 +313,8 @@ static errcode_t emit_only(struct lines *o, const struct nx_delta_inode *d,
 	for (i = 0; i < d->nnames[s] && !err; i++) {
 		const struct nx_delta_name *l = &d->names[s][i];
 
-		if (all || !find_name(d->names[!s], d->nnames[!s], l))
+		if (all ||
+		    !nx_delta_find_name(d->names[!s], d->nnames[!s], l))
 			err = emit(o, s ? NX_DIFF_ADDED : NX_DIFF_REMOVED,
 				   l->type, l->path, NULL);
 	}
@@ -341,7 +343,8 @@ static errcode_t inode_lines(struct lines *o, const struct nx_delta_inode *d)
 		return err;
 	for (i = 0; i < d->nnames[1] && !err; i++) {
 		l = &d->names[1][i];
-		if (l == n1 || find_name(d->names[0], d->nnames[0], l))
+		if (l == n1 ||
+		    nx_delta_find_name(d->names[0], d->nnames[0], l))
 			err = emit(o, NX_DIFF_MODIFIED, l->type, l->path, NULL);
 	}
 	return err;

@@ -280,18 +280,6 @@ static errcode_t cmd_create(struct sender *s, const struct nx_delta_inode *d,
 /* ------------------------------------------------------------------ */
 /* Names.                                                              */
 
-static const struct nx_delta_name *find_name(const struct nx_delta_name *v,
-					     size_t n,
-					     const struct nx_delta_name *l)
-{
-	size_t i;
-
-	for (i = 0; i < n; i++)
-		if (v[i].parent == l->parent && !strcmp(v[i].name, l->name))
-			return &v[i];
-	return NULL;
-}
-
 /* Is the inode number INO a different file on the two sides? */
 static int reused(const struct nx_delta *delta, ext2_ino_t ino)
 {
@@ -314,7 +302,7 @@ static int kept(const struct nx_delta *delta, const struct nx_delta_inode *d,
 
 	if (d->what & NX_DELTA_NEW)
 		return 0;
-	return find_name(d->names[!s], d->nnames[!s], l) &&
+	return nx_delta_find_name(d->names[!s], d->nnames[!s], l) &&
 	       !reused(delta, l->parent);
 }
 
