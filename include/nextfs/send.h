@@ -18,8 +18,11 @@
  *   file that lives on elsewhere, is moved to the orphan name
  *   "o<ino>-<gen>-0" in the root, as btrfs send does), then every name
  *   that comes is made shallowest first (moved back from its orphan
- *   name, or created), then the added hard links; then data, xattrs,
- *   owners and modes; then the orphans of removed directories go; times
+ *   name, or created: a new file other than a symlink, whose directory
+ *   is not the root, is made as "o<ino>-<gen>-1" in the root and moved
+ *   into place, as btrfs send does, so that it never inherits its
+ *   directory's default ACL at the receiver), then the added hard links;
+ *   then data, xattrs, owners and modes; then the orphans of removed directories go; times
  *   are set last.  The root's times are always sent (orphans pass
  *   through it).
  * - File data is sent only for the blocks the delta lists (a new file's

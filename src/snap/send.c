@@ -324,11 +324,12 @@ static int survives(const struct nx_delta_inode *d)
 	       d->nnames[1];
 }
 
-static char *orphan_name(const struct nx_delta_inode *d, int s)
+/* "o<ino>-<gen>-<TAG>" of inode D on side S: a name in the root. */
+static char *orphan_name(const struct nx_delta_inode *d, int s, int tag)
 {
 	char *name = NULL;
 
-	if (asprintf(&name, "o%u-%u-0", d->ino, d->attr[s].gen) < 0)
+	if (asprintf(&name, "o%u-%u-%d", d->ino, d->attr[s].gen, tag) < 0)
 		return NULL;
 	return name;
 }
@@ -344,7 +345,7 @@ static errcode_t drop_name(struct sender *s, const struct nameop *op)
 
 	if (!dir && (!survives(d) || has_kept(s->delta, d) || s->orphan[op->i]))
 		return cmd_path(s, NX_SS_C_UNLINK, path);
-	orphan = orphan_name(d, 0);
+	orphan = orphan_name(d, 0, 0);
 	if (!orphan)
 		return EXT2_ET_NO_MEMORY;
 	err = cmd_two(s, NX_SS_C_RENAME, path, NX_SS_A_PATH_TO, orphan);
@@ -385,6 +386,42 @@ static errcode_t drop_names(struct sender *s)
 	for (i = 0; i < l.n && !err; i++)
 		err = drop_name(s, &l.v[i]);
 	free(l.v);
+	return err;
+}
+
+/*
+ * A new file is made at the receiver somewhere else than in its own
+ * directory, then moved there: that directory may have a default ACL at
+ * the receiver, and Linux gives a new file an ACL (a new directory also
+ * the default ACL) from it - which a btrfs receive would leave on a file
+ * that has none here, as the stream sets only the xattrs the file has.
+ * It is made in the root, as btrfs send does, as o<ino>-<gen>-1 (the
+ * "-0" names are those of files moved out of the way, one of which may
+ * be this inode number's old file).  A symlink has no ACL, and a file
+ * of the root is made where it goes.
+ */
+static int made_in_place(const struct nx_delta_inode *d, const char *path)
+{
+	return S_ISLNK(d->attr[1].mode) || depth_of(path) <= 1;
+}
+
+/* Make the new file D, its first name PATH (in the new tree). */
+static errcode_t create_file(struct sender *s, const struct nx_delta_inode *d,
+			     const char *path)
+{
+	char *staging;
+	errcode_t err;
+
+	if (made_in_place(d, path))
+		return cmd_create(s, d, rel(path), path);
+	staging = orphan_name(d, 1, 1);
+	if (!staging)
+		return EXT2_ET_NO_MEMORY;
+	err = cmd_create(s, d, staging, path);
+	if (!err)
+		err = cmd_two(s, NX_SS_C_RENAME, staging, NX_SS_A_PATH_TO,
+			      rel(path));
+	free(staging);
 	return err;
 }
 
@@ -446,7 +483,7 @@ static errcode_t make_names(struct sender *s)
 			err = cmd_two(s, NX_SS_C_RENAME, s->orphan[op->i],
 				      NX_SS_A_PATH_TO, rel(op->path));
 		else
-			err = cmd_create(s, d, rel(op->path), op->path);
+			err = create_file(s, d, op->path);
 	}
 	for (i = 0; i < links.n && !err; i++) {
 		const struct nameop *op = &links.v[i];
