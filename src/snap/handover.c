@@ -354,21 +354,50 @@ static int target_needs(struct nx_snapstore *store, struct nx_handover *h,
 }
 
 /*
+ * Blocks of [B, B + LEN) that the target maps already, because a slice
+ * was cut after it had mapped them and before S dropped them (attach
+ * found them in store->handed): S drops them without freeing them.
+ */
+static void keep_handed(struct nx_snapstore *store, struct nx_handover *h,
+			blk64_t b, blk64_t len)
+{
+	blk64_t i;
+
+	for (i = 0; store->handed && i < len; i++)
+		if (ext2fs_test_block_bitmap2(store->handed, b + i))
+			ext2fs_mark_block_bitmap2(h->keep, b + i);
+}
+
+/* S no longer maps the blocks of the runs below END: none is handed. */
+static void forget_handed(struct nx_snapstore *store, struct nx_handover *h,
+			  blk64_t end)
+{
+	size_t i;
+
+	for (i = 0; store->handed && i < h->nruns && h->runs[i].n < end; i++) {
+		struct ho_run *r = &h->runs[i];
+		blk64_t len = r->n + r->len <= end ? r->len : end - r->n;
+
+		ext2fs_unmark_block_bitmap_range2(store->handed, r->b, len);
+	}
+}
+
+/*
  * Map what the target needs of H->runs into it, and mark the physical
  * blocks in H->keep.  Stops once DEADLINE (µs) has passed; *END is the
  * logical block after the last run done (all of whose needed blocks are
- * mapped), or the first run's start if none.
+ * mapped), or the first run's start if none.  *MOVED: something was.
  */
 static errcode_t adopt_runs(struct nx_snapstore *store, struct nx_handover *h,
-			    uint64_t deadline, blk64_t *end)
+			    uint64_t deadline, blk64_t *end, int *moved)
 {
 	struct nx_snap *t = h->target;
 	struct ext2_inode_large inode;
-	int moved = 0;
 	errcode_t err = 0, e2;
 	size_t i;
 
 	*end = h->runs[0].n;
+	*moved = 0;
 	if (t) {
 		err = nx_inode_read(store->vol, t->ino, &inode);
 		if (err)
@@ -390,7 +419,9 @@ static errcode_t adopt_runs(struct nx_snapstore *store, struct nx_handover *h,
 								len);
 				ext2fs_mark_block_bitmap_range2(h->keep,
 						r->b + (n - r->n), len);
-				moved = 1;
+				*moved = 1;
+			} else {
+				keep_handed(store, h, r->b + (n - r->n), len);
 			}
 			n += len;
 			*end = n;	/* all before it is done */
@@ -399,7 +430,7 @@ static errcode_t adopt_runs(struct nx_snapstore *store, struct nx_handover *h,
 			break;
 	}
 	store->for_snapshot = 0;
-	if (moved) {
+	if (*moved) {
 		e2 = nx_inode_write(store->vol, t->ino, &inode);
 		if (!err)
 			err = e2;
@@ -666,7 +697,7 @@ errcode_t nx_snap_reclaim(struct nx_volume *vol, unsigned budget_ms,
 	uint64_t deadline = now_us() + (uint64_t)budget_ms * 1000;
 	blk64_t end;
 	errcode_t err, e2;
-	int idx;
+	int idx, moved;
 
 	*more = 0;
 	if (!store || nx_volume_rdonly(vol) || !store->ndeleted)
@@ -683,11 +714,23 @@ errcode_t nx_snap_reclaim(struct nx_volume *vol, unsigned budget_ms,
 	}
 	nx_blkio_begin_batch(vol->io);
 	ext2fs_clear_block_bitmap(h->keep);
-	err = adopt_runs(store, h, deadline, &end);
+	err = adopt_runs(store, h, deadline, &end, &moved);
+	/*
+	 * The target's new mappings are durable before S drops them: a
+	 * volume without a journal writes a commit's map blocks in no
+	 * particular order among themselves, and one that lost S's mapping
+	 * before the target had it would show the target changed
+	 * (docs/design.md P10).  Cut in between, both map the blocks;
+	 * attach takes that for what it is (store->handed).
+	 */
+	if (!err && moved)
+		err = nx_volume_sync(vol);
 	/* What was mapped into the target leaves S also after an error. */
 	e2 = unmap_moved_extents(store, h->from, h, end);
 	if (!e2)
 		e2 = punch_done(store, h->from, h, end);
+	if (!e2)
+		forget_handed(store, h, end);
 	if (!err)
 		err = e2;
 	e2 = nx_blkio_end_batch(vol->io);

@@ -81,6 +81,13 @@ struct nx_snapstore {
 	struct nx_snap *active;		/* newest; NULL when no snapshot */
 	ext2fs_block_bitmap cow_map;	/* blocks in use at the active's take */
 	ext2fs_block_bitmap exclude;	/* blocks owned by snapshot files */
+	/*
+	 * Blocks a deleted snapshot still maps that the snapshot it hands
+	 * over to maps at the same place: a hand-over slice cut between
+	 * its two commits (handover.c).  The next slice drops them from the
+	 * deleted one without freeing them.  NULL when none.
+	 */
+	ext2fs_block_bitmap handed;
 	struct nx_blkmap pending;	/* active's N -> B not yet in its inode */
 	/*
 	 * Blocks moved into the active snapshot as they are (N -> N: every

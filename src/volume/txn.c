@@ -315,18 +315,36 @@ static int pick_rank(struct nx_txn *t, uint64_t off, int rank)
 	       h->block_rank(t->vol, off / t->vol->fs->blocksize) == rank;
 }
 
-/*
- * Snapshot map blocks, and blocks allocated since the last commit (new
- * indirect, extent tree and directory blocks): nothing on the device
- * points at either yet, so writing them first can only help.
- */
-static int pick_map_or_fresh(void *priv, uint64_t off)
-{
-	struct nx_txn *t = priv;
+/* A phase's picks, counted: a sync after it only if any. */
+struct counted_pick {
+	struct nx_txn *t;
+	size_t picked;
+};
 
-	return ext2fs_test_block_bitmap2(t->fresh,
-					 off / t->vol->fs->blocksize) ||
-	       pick_rank(t, off, NX_VOL_RANK_MAP);
+/*
+ * Blocks allocated since the last commit (new indirect, extent tree and
+ * directory blocks, also of snapshot files' maps): nothing on the device
+ * points at them yet, so writing them first can only help.
+ */
+static int pick_fresh(void *priv, uint64_t off)
+{
+	struct counted_pick *p = priv;
+	int yes = ext2fs_test_block_bitmap2(p->t->fresh,
+					    off / p->t->vol->fs->blocksize);
+
+	p->picked += yes != 0;
+	return yes;
+}
+
+/*
+ * Snapshot map blocks written in place: they may point at the fresh
+ * blocks, whose content must be durable first - a fresh block often
+ * held something else a moment ago (a copy a deleted snapshot dropped),
+ * which would read as block pointers.
+ */
+static int pick_map(void *priv, uint64_t off)
+{
+	return pick_rank(priv, off, NX_VOL_RANK_MAP);
 }
 
 static int pick_active_inode(void *priv, uint64_t off)
@@ -334,15 +352,10 @@ static int pick_active_inode(void *priv, uint64_t off)
 	return pick_rank(priv, off, NX_VOL_RANK_ACTIVE);
 }
 
-/* The other snapshot inodes' blocks, counted: a sync only if any. */
-struct inode_pick {
-	struct nx_txn *t;
-	size_t picked;
-};
-
+/* The other snapshot inodes' blocks. */
 static int pick_snap_inodes(void *priv, uint64_t off)
 {
-	struct inode_pick *p = priv;
+	struct counted_pick *p = priv;
 	int yes = pick_rank(p->t, off, NX_VOL_RANK_INODE);
 
 	p->picked += yes;
@@ -351,9 +364,9 @@ static int pick_snap_inodes(void *priv, uint64_t off)
 
 /*
  * No journal: copies are already on the device; make them durable, then
- * the snapshots' block maps and the live tree's new blocks (tree blocks
- * before the inodes that point at them), then the active snapshot's
- * inode, then the other snapshot inodes, then everything else.  The
+ * the blocks allocated since the last commit (tree blocks before what
+ * points at them), then the snapshots' block maps, then the active
+ * snapshot's inode, then the other snapshot inodes, then the rest.  The
  * active snapshot's inode comes alone: the block map it roots may be
  * what maps the copy of an inode-table block holding another snapshot's
  * inode (and live inodes), which is written in place only after it.
@@ -366,12 +379,16 @@ static int pick_snap_inodes(void *priv, uint64_t off)
 static errcode_t write_ordered(struct nx_txn *t)
 {
 	struct nx_blkio *io = t->vol->io;
-	struct inode_pick others = { t, 0 };
+	struct counted_pick fresh = { t, 0 }, others = { t, 0 };
 	errcode_t err;
 
 	err = nx_blkio_sync(io);
 	if (!err)
-		err = nx_blkio_write_held(io, pick_map_or_fresh, t);
+		err = nx_blkio_write_held(io, pick_fresh, &fresh);
+	if (!err && fresh.picked)
+		err = nx_blkio_sync(io);
+	if (!err)
+		err = nx_blkio_write_held(io, pick_map, t);
 	if (!err)
 		err = nx_blkio_sync(io);
 	if (!err)

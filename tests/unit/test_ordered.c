@@ -33,8 +33,20 @@
  * before it).  test_cut_after_take_keeps_snapshot cuts at every write
  * of a take and the change after it, and looks at the file through the
  * snapshot.
+ *
+ * A snapshot delete hands the deleted snapshot's blocks over to the next
+ * older one in slices (src/snap/handover.c): one commit maps blocks into
+ * the older snapshot and takes them out of the deleted one.  Cut inside
+ * that commit, the older snapshot must still show every block it showed
+ * (through the deleted one or its own map, never neither: docs/design.md
+ * P10), the volume must open read-write, and finishing the hand-over
+ * must leave a volume e2fsck finds clean.  test_cut_during_handover
+ * cuts at every write of one slice.
  */
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <linux/falloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -148,6 +160,19 @@ static void finish_run(struct run *r, struct nx_volume *vol, errcode_t err)
 	r->writes = plan ? plan->writes_done : 0;
 	err = nx_volume_close(vol) ?: err;
 	r->done = !err;
+}
+
+/* Open R's image for its check, without faults; NULL (judged) if not. */
+static struct nx_volume *open_to_judge(struct run *r)
+{
+	struct nx_volume *vol;
+	char msg[256];
+
+	if (!nx_open_volume(r->image, 0, &vol, msg, sizeof(msg)))
+		return vol;
+	snprintf(r->why, sizeof(r->why), "does not open: %.150s", msg);
+	r->judged = 1;
+	return NULL;
 }
 
 /* What a test sweeps: the volume, its base content, the run, the check. */
@@ -321,15 +346,16 @@ struct seen {
 
 static struct seen at_take;	/* set before the children are forked */
 
-static void look_at(struct nx_volume *vol, struct seen *s)
+/* What VOL shows of file NAME (in the root; at most 1 MiB of it). */
+static void look_at(struct nx_volume *vol, const char *name, struct seen *s)
 {
-	static char buf[8192];
+	static char buf[1 << 20];
 	struct stat st;
 	ext2_ino_t ino;
 	size_t got = 0;
 
 	memset(s, 0, sizeof(*s));
-	if (nx_lookup(vol, EXT2_ROOT_INO, "live", &ino) ||
+	if (nx_lookup(vol, EXT2_ROOT_INO, name, &ino) ||
 	    nx_getattr(vol, ino, &st) ||
 	    nx_file_read(vol, ino, buf, sizeof(buf), 0, &got))
 		return;
@@ -377,7 +403,7 @@ static void make_snap_base(const char *path)
 	for (i = 0, last = s1.ino;
 	     itable_block(fs, last) == itable_block(fs, live); i++)
 		last = new_empty(vol, "filler", i);
-	look_at(vol, &at_take);
+	look_at(vol, "live", &at_take);
 	ck_assert(at_take.found);
 	ck_assert_int_eq(nx_volume_close(vol), 0);
 	ck_assert_int_eq(nxt_fsck_masked(path), 0);
@@ -412,20 +438,15 @@ static void judge_s2(void *p)
 	struct nx_snapinfo info;
 	struct nx_volume *vol, *view;
 	struct seen now;
-	char msg[256];
 	errcode_t err;
 
-	err = nx_open_volume(r->image, 0, &vol, msg, sizeof(msg));
-	if (err) {
-		snprintf(r->why, sizeof(r->why), "does not open: %.150s", msg);
-		r->judged = 1;
+	if (!(vol = open_to_judge(r)))
 		return;
-	}
 	err = nx_snap_find(vol, "S2", &info);
 	if (!err)
 		err = nx_snap_view_open(vol, info.ino, &view);
 	if (!err) {
-		look_at(view, &now);
+		look_at(view, "live", &now);
 		nx_snap_view_close(view);
 		if (!now.found || now.size != at_take.size ||
 		    now.hash != at_take.hash)
@@ -453,6 +474,393 @@ START_TEST(test_cut_after_take_keeps_snapshot)
 }
 END_TEST
 
+/* ---------------------------------------------------- delete hand-over */
+
+#define HO_CHUNK	(16 * 1024)
+#define HO_CHUNKS	48
+#define HO_FILES	2
+
+static const char *const ho_files[HO_FILES] = { "a", "F" };
+
+/* What "old" and "new" show of each file at their takes. */
+static struct seen ho_seen[2][HO_FILES];
+static const char *const ho_snaps[2] = { "old", "new" };
+
+/*
+ * And block by block: the hash of every block in use at the take that
+ * no snapshot file owned then (0: not compared).  A block a snapshot
+ * shows only through another one's map (an inode-table block, say) is
+ * in no file of it.
+ */
+static uint64_t ho_blocks[2][IMAGE_MB << 10];
+
+static int mark_owned(ext2_filsys fs, blk64_t *blocknr, e2_blkcnt_t cnt,
+		      blk64_t ref, int off, void *priv)
+{
+	(void)fs; (void)cnt; (void)ref; (void)off;
+	ext2fs_mark_block_bitmap2(priv, *blocknr);
+	return 0;
+}
+
+/* Blocks of the snapshot files on the list now. */
+static ext2fs_block_bitmap snapshot_owned(struct nx_volume *vol)
+{
+	ext2_ino_t ino = vol->fs->super->s_snapshot_list;
+	struct ext2_inode inode;
+	ext2fs_block_bitmap owned;
+
+	ck_assert_int_eq(ext2fs_allocate_block_bitmap(vol->fs, "owned",
+						      &owned), 0);
+	for (; ino; ino = inode.osd1.linux1.l_i_version) {
+		ck_assert_int_eq(ext2fs_block_iterate3(vol->fs, ino,
+						       BLOCK_FLAG_READ_ONLY,
+						       NULL, mark_owned,
+						       owned), 0);
+		ck_assert_int_eq(ext2fs_read_inode(vol->fs, ino, &inode), 0);
+	}
+	return owned;
+}
+
+static struct nx_volume *ho_view(struct nx_volume *vol, const char *name)
+{
+	struct nx_snapinfo info;
+	struct nx_volume *view;
+
+	if (nx_snap_find(vol, name, &info) ||
+	    nx_snap_view_open(vol, info.ino, &view))
+		return NULL;
+	return view;
+}
+
+static uint64_t ho_block_hash(struct nx_volume *view, blk64_t blk)
+{
+	static char buf[1024];
+	uint64_t h;
+
+	if (nx_snap_view_pread(view, buf, sizeof(buf), blk * sizeof(buf)))
+		return 1;
+	h = nxt_fnv(NXT_FNV_INIT, buf, sizeof(buf));
+	return h > 1 ? h : 2;
+}
+
+/* Right after the take of ho_snaps[SNAP]: what it must show. */
+static void ho_record_blocks(struct nx_volume *vol, int snap)
+{
+	ext2fs_block_bitmap owned = snapshot_owned(vol);
+	struct nx_volume *view = ho_view(vol, ho_snaps[snap]);
+	blk64_t blk;
+
+	ck_assert_ptr_nonnull(view);
+	ck_assert_int_eq(ext2fs_read_block_bitmap(view->fs), 0);
+	ck_assert_uint_eq(ext2fs_blocks_count(view->fs->super),
+			  sizeof(ho_blocks[0]) / sizeof(ho_blocks[0][0]));
+	for (blk = view->fs->super->s_first_data_block;
+	     blk < ext2fs_blocks_count(view->fs->super); blk++)
+		if (ext2fs_test_block_bitmap2(view->fs->block_map, blk) &&
+		    !ext2fs_test_block_bitmap2(owned, blk))
+			ho_blocks[snap][blk] = ho_block_hash(view, blk);
+	nx_snap_view_close(view);
+	ext2fs_free_block_bitmap(owned);
+}
+
+static void ho_record(struct nx_volume *vol, int snap)
+{
+	int i;
+
+	for (i = 0; i < HO_FILES; i++) {
+		look_at(vol, ho_files[i], &ho_seen[snap][i]);
+		ck_assert(ho_seen[snap][i].found);
+	}
+}
+
+/*
+ * Files, "old", S holding every other chunk of F (punched out of F
+ * after S's take), "new"; then S deleted, its hand-over not started.
+ */
+static void make_handover_base(const char *path)
+{
+	struct nx_volume *vol = nxt_open(path);
+	ext2_ino_t a, f;
+	int i;
+
+	ck_assert_int_eq(nx_mknod(vol, &root, EXT2_ROOT_INO, "a",
+				  S_IFREG | 0644, 0, &a), 0);
+	ck_assert_int_eq(write_pattern(vol, a, 0, 30000, 1), 0);
+	ck_assert_int_eq(nx_mknod(vol, &root, EXT2_ROOT_INO, "F",
+				  S_IFREG | 0644, 0, &f), 0);
+	ck_assert_int_eq(write_pattern(vol, f, 0, HO_CHUNK * HO_CHUNKS, 5), 0);
+	ck_assert_int_eq(nx_snap_take(vol, "old", NULL), 0);
+	ho_record(vol, 0);
+	ho_record_blocks(vol, 0);
+	ck_assert_int_eq(write_pattern(vol, a, 0, 30000, 2), 0);
+	ck_assert_int_eq(nx_file_fallocate(vol, f, FALLOC_FL_PUNCH_HOLE |
+					   FALLOC_FL_KEEP_SIZE, HO_CHUNK,
+					   HO_CHUNK), 0);
+	ck_assert_int_eq(nx_snap_take(vol, "S", NULL), 0);
+	for (i = 0; i < HO_CHUNKS; i += 2)
+		ck_assert_int_eq(nx_file_fallocate(vol, f,
+				FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+				(uint64_t)i * HO_CHUNK, HO_CHUNK), 0);
+	ck_assert_int_eq(nx_snap_take(vol, "new", NULL), 0);
+	ho_record(vol, 1);
+	ho_record_blocks(vol, 1);
+	ck_assert_int_eq(nx_snap_delete(vol, "S"), 0);
+	ck_assert_int_eq(nx_volume_close(vol), 0);
+	ck_assert_int_eq(nxt_fsck_masked(path), 0);
+}
+
+/*
+ * Slices of the hand-over as the daemon runs them, several to a commit:
+ * first slices without time (one run of S's map each), a commit (SYNC)
+ * after the sixth, then one that does all the rest.  The seventh, S's
+ * copy of F's indirect block (which "old" has a copy of too: freed, not
+ * handed over), is the first change of this commit to S's indirect
+ * block that maps it, the eighth hands over data blocks mapped in the
+ * same indirect block of S and of "old": S's change comes first.
+ */
+#define SYNC	UINT_MAX
+
+static void handover_slices(void *p)
+{
+	static const unsigned budget_ms[] = {
+		0, 0, 0, 0, 0, 0, SYNC, 0, 0, SYNC, 60000,
+	};
+	struct run *r = p;
+	struct nx_volume *vol = open_with_plan(r);
+	errcode_t err = 0;
+	int more = 0;
+	size_t i;
+
+	if (!vol)
+		return;
+	for (i = 0; !err && i < sizeof(budget_ms) / sizeof(budget_ms[0]); i++)
+		err = budget_ms[i] == SYNC ? nx_volume_sync(vol) :
+		      nx_snap_reclaim(vol, budget_ms[i], &more);
+	finish_run(r, vol, err);
+}
+
+/* "" if "old" and "new" show what they showed at their takes. */
+static void ho_check_snaps(struct nx_volume *vol, struct run *r,
+			   const char *when)
+{
+	const blk64_t nblocks = sizeof(ho_blocks[0]) / sizeof(ho_blocks[0][0]);
+	struct nx_volume *view;
+	struct seen now;
+	blk64_t b;
+	int s, i;
+
+	for (s = 0; s < 2 && !r->why[0]; s++) {
+		if (!(view = ho_view(vol, ho_snaps[s]))) {
+			snprintf(r->why, sizeof(r->why), "%s: no view of %s",
+				 when, ho_snaps[s]);
+			return;
+		}
+		for (i = 0; i < HO_FILES && !r->why[0]; i++) {
+			look_at(view, ho_files[i], &now);
+			if (!now.found || now.size != ho_seen[s][i].size ||
+			    now.hash != ho_seen[s][i].hash)
+				snprintf(r->why, sizeof(r->why), "%s: %s shows "
+					 "\"%s\" changed", when, ho_snaps[s],
+					 ho_files[i]);
+		}
+		for (b = 0; b < nblocks && !r->why[0]; b++)
+			if (ho_blocks[s][b] &&
+			    ho_block_hash(view, b) != ho_blocks[s][b])
+				snprintf(r->why, sizeof(r->why), "%s: %s shows "
+					 "block %llu changed", when,
+					 ho_snaps[s], (unsigned long long)b);
+		nx_snap_view_close(view);
+	}
+}
+
+/* e2fsck -fn on a copy of IMAGE with HAS_SNAPSHOT masked; its exit. */
+static int masked_fsck(const char *image, char *out, size_t len)
+{
+	char copy[300];
+	int rc;
+
+	snprintf(copy, sizeof(copy), "%s.masked", image);
+	ck_assert_int_eq(nxt_masked_copy(image, copy), 0);
+	rc = nxt_fsck_capture(copy, "-fn", out, len);
+	unlink(copy);
+	return rc;
+}
+
+/*
+ * What e2fsck -fn may still find after a crash without a journal, which
+ * writes counts, bitmaps and inodes after the block maps: blocks marked
+ * in use that nothing owns ("-" only: a block owned but marked free
+ * could be handed out twice), counts, and a snapshot inode's block count
+ * not yet updated for blocks its map has.  NULL if OUT holds nothing
+ * else; else the first other line.
+ */
+static int starts(const char *s, const char *prefix)
+{
+	return !strncmp(s, prefix, strlen(prefix));
+}
+
+static const char *beyond_crash_residue(const char *out)
+{
+	static const char *const ok[] = {
+		"e2fsck ", "Pass ", "Fix? no", "Free blocks count wrong",
+		"Free inodes count wrong", "Inode ", "/", "",
+	};
+	const char *line, *end;
+	size_t i;
+
+	for (line = out; *line; line = *end ? end + 1 : end) {
+		end = strchr(line, '\n');
+		if (!end)
+			end = line + strlen(line);
+		if (starts(line, "Block bitmap differences:")) {
+			if (memchr(line, '+', end - line))
+				return line;
+			continue;
+		}
+		if (starts(line, "Inode ") &&
+		    !memmem(line, end - line, ", i_blocks is ", 14))
+			return line;
+		for (i = 0; i < sizeof(ok) / sizeof(ok[0]); i++)
+			if (ok[i][0] ? starts(line, ok[i]) : line == end)
+				break;
+		if (i == sizeof(ok) / sizeof(ok[0]))
+			return line;
+	}
+	return NULL;
+}
+
+/* Fill the free space with a new file: what nobody maps gets reused. */
+static errcode_t fill_free_space(struct nx_volume *vol)
+{
+	static char buf[64 * 1024];
+	ext2_ino_t ino;
+	uint64_t off = 0;
+	size_t done;
+	errcode_t err;
+
+	err = nx_mknod(vol, &root, EXT2_ROOT_INO, "fill", S_IFREG | 0644, 0,
+		       &ino);
+	memset(buf, 0x5a, sizeof(buf));
+	while (!err) {
+		done = 0;
+		err = nx_file_write(vol, ino, buf, sizeof(buf), off, &done);
+		off += done;
+		if (!err && !done)
+			break;
+	}
+	return err == ENOSPC || err == EXT2_ET_BLOCK_ALLOC_FAIL ? 0 : err;
+}
+
+/* Set HAS_SNAPSHOT again on a masked copy IMAGE (ext2: no checksum). */
+static void unmask(const char *image)
+{
+	struct ext2_super_block sb;
+	int fd = open(image, O_RDWR);
+
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(pread(fd, &sb, sizeof(sb), SUPERBLOCK_OFFSET),
+			 sizeof(sb));
+	sb.s_feature_ro_compat |= EXT4_FEATURE_RO_COMPAT_HAS_SNAPSHOT;
+	ck_assert_int_eq(pwrite(fd, &sb, sizeof(sb), SUPERBLOCK_OFFSET),
+			 sizeof(sb));
+	close(fd);
+}
+
+/*
+ * After e2fsck -fy (what a volume without a journal needs after a crash:
+ * it frees the blocks the crash left marked but unowned), new data over
+ * all free space: a block a snapshot shows only because nothing reused
+ * it yet is overwritten now.  Then e2fsck -fn must find nothing.
+ */
+static void judge_after_repair(struct run *r, char *out, size_t len)
+{
+	char copy[300], msg[256];
+	struct nx_volume *vol;
+	errcode_t err;
+	int rc;
+
+	snprintf(copy, sizeof(copy), "%s.repaired", r->image);
+	ck_assert_int_eq(nxt_masked_copy(r->image, copy), 0);
+	rc = nxt_fsck_capture(copy, "-fy", out, len);
+	if (rc >= 4)
+		snprintf(r->why, sizeof(r->why), "e2fsck -fy exit %d", rc);
+	unmask(copy);
+	if (!r->why[0] && nx_open_volume(copy, 0, &vol, msg, sizeof(msg)))
+		snprintf(r->why, sizeof(r->why), "after e2fsck -fy: does not "
+			 "open: %.150s", msg);
+	else if (!r->why[0]) {
+		err = fill_free_space(vol);
+		if (err)
+			snprintf(r->why, sizeof(r->why), "filling: %ld",
+				 (long)err);
+		if (!r->why[0])
+			ho_check_snaps(vol, r, "after e2fsck -fy and filling "
+				       "the free space");
+		err = nx_volume_close(vol);
+		if (err && !r->why[0])
+			snprintf(r->why, sizeof(r->why), "close: %ld",
+				 (long)err);
+	}
+	if (!r->why[0] && (rc = masked_fsck(copy, out, len)))
+		snprintf(r->why, sizeof(r->why), "after e2fsck -fy and "
+			 "filling: e2fsck -fn exit %d", rc);
+	unlink(copy);
+}
+
+/*
+ * The volume opens read-write; "old" and "new" show their take-time
+ * content right after the cut and after the rest of the hand-over;
+ * e2fsck -fn then finds no more than a crash without a journal leaves;
+ * and once that is repaired, no new data changes them.
+ */
+static void judge_handover(void *p)
+{
+	static char out[8192];
+	struct run *r = p;
+	const char *bad;
+	struct nx_volume *vol;
+	errcode_t err;
+	int rc;
+
+	if (!(vol = open_to_judge(r)))
+		return;
+	ho_check_snaps(vol, r, "after the cut");
+	err = nx_snap_reclaim_all(vol);
+	if (err && !r->why[0])
+		snprintf(r->why, sizeof(r->why), "finishing the hand-over: "
+			 "%ld", (long)err);
+	if (!r->why[0])
+		ho_check_snaps(vol, r, "after the hand-over");
+	err = nx_volume_close(vol);
+	if (err && !r->why[0])
+		snprintf(r->why, sizeof(r->why), "close: %ld", (long)err);
+	if (!r->why[0]) {
+		rc = masked_fsck(r->image, out, sizeof(out));
+		bad = r->uncut ? out : beyond_crash_residue(out);
+		if (rc && (rc >= 8 || bad))
+			snprintf(r->why, sizeof(r->why), "e2fsck -fn "
+				 "(snapshot feature masked) exit %d: %.200s",
+				 rc, bad ? bad : out);
+	}
+	if (!r->why[0])
+		judge_after_repair(r, out, sizeof(out));
+	r->judged = 1;
+}
+
+START_TEST(test_cut_during_handover)
+{
+	const struct sweep sw = {
+		"-t ext2 -b 1024", make_handover_base, handover_slices,
+		judge_handover, 0,
+	};
+	static char failures[3000];
+	int nfail = sweep_cuts(&sw, failures, sizeof(failures));
+
+	ck_assert_msg(nfail == 0, "%d cut points in a hand-over fail:\n%s",
+		      nfail, failures);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("ordered");
@@ -461,6 +869,7 @@ int main(void)
 	tcase_add_loop_test(tc, test_cut_during_tree_growth, 0,
 			    (int)(sizeof(flavours) / sizeof(flavours[0])));
 	tcase_add_test(tc, test_cut_after_take_keeps_snapshot);
+	tcase_add_test(tc, test_cut_during_handover);
 	suite_add_tcase(s, tc);
 	return nxt_run_suite(s);
 }
