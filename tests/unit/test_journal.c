@@ -221,6 +221,27 @@ START_TEST(test_nextfs_replays_ours)
 }
 END_TEST
 
+/*
+ * A chattr +C file "nocow" whose first block holds OLD (BS bytes), then
+ * snapshot "s" of it.  Volume lock held.
+ */
+static ext2_ino_t nocow_under_snapshot(struct nx_volume *vol, const char *old,
+				       size_t bs)
+{
+	ext2_ino_t ino;
+	unsigned flags;
+	size_t n;
+
+	ck_assert_int_eq(nx_mknod(vol, &root, EXT2_ROOT_INO, "nocow",
+				  S_IFREG | 0644, 0, &ino), 0);
+	ck_assert_int_eq(nx_get_iflags(vol, ino, &flags), 0);
+	ck_assert_int_eq(nx_set_iflags(vol, &root, ino, flags | FS_NOCOW_FL),
+			 0);
+	ck_assert_int_eq(nx_file_write(vol, ino, old, bs, 0, &n), 0);
+	ck_assert_int_eq(nx_snap_take(vol, "s", NULL), 0);
+	return ino;
+}
+
 /* A +C block that starts with the journal magic, logged and replayed. */
 START_TEST(test_escaped_block_survives_replay)
 {
@@ -231,7 +252,6 @@ START_TEST(test_escaped_block_survives_replay)
 	uint64_t first, last, cut;
 	ext2_ino_t ino;
 	size_t n, bs;
-	unsigned flags;
 	int replayed_new = 0;
 
 	nxt_root_cred(&root);
@@ -246,14 +266,7 @@ START_TEST(test_escaped_block_survives_replay)
 	ck_assert_ptr_nonnull(old);
 	fill(old, bs, 1);
 	nx_volume_lock(vol);
-	ck_assert_int_eq(nx_mknod(vol, &root, EXT2_ROOT_INO, "nocow",
-				  S_IFREG | 0644, 0, &ino), 0);
-	ck_assert_int_eq(nx_get_iflags(vol, ino, &flags), 0);
-	ck_assert_int_eq(nx_set_iflags(vol, &root, ino, flags | FS_NOCOW_FL),
-			 0);
-	fill(buf, bs, 1);
-	ck_assert_int_eq(nx_file_write(vol, ino, buf, bs, 0, &n), 0);
-	ck_assert_int_eq(nx_snap_take(vol, "s", NULL), 0);
+	ino = nocow_under_snapshot(vol, old, bs);
 	nx_volume_unlock(vol);
 	ck_assert_int_eq(nx_volume_close(vol), 0);
 
@@ -322,7 +335,6 @@ START_TEST(test_nocow_rewrite_waits_for_commit)
 	struct nx_snapinfo info;
 	ext2_ino_t ino;
 	blk64_t pblk = 0;
-	unsigned flags;
 	size_t n, bs;
 	int fd;
 
@@ -338,13 +350,7 @@ START_TEST(test_nocow_rewrite_waits_for_commit)
 	ck_assert_ptr_nonnull(old);
 	fill(old, bs, 1);
 	nx_volume_lock(vol);
-	ck_assert_int_eq(nx_mknod(vol, &root, EXT2_ROOT_INO, "nocow",
-				  S_IFREG | 0644, 0, &ino), 0);
-	ck_assert_int_eq(nx_get_iflags(vol, ino, &flags), 0);
-	ck_assert_int_eq(nx_set_iflags(vol, &root, ino, flags | FS_NOCOW_FL),
-			 0);
-	ck_assert_int_eq(nx_file_write(vol, ino, old, bs, 0, &n), 0);
-	ck_assert_int_eq(nx_snap_take(vol, "s", NULL), 0);
+	ino = nocow_under_snapshot(vol, old, bs);
 	ck_assert_int_eq(nx_volume_sync(vol), 0);
 	ck_assert_int_eq(ext2fs_bmap2(vol->fs, ino, NULL, NULL, 0, 0, NULL,
 				      &pblk), 0);
