@@ -321,6 +321,12 @@ struct counted_pick {
 	size_t picked;
 };
 
+static int counted(struct counted_pick *p, int yes)
+{
+	p->picked += yes != 0;
+	return yes;
+}
+
 /*
  * Blocks allocated since the last commit (new indirect, extent tree and
  * directory blocks, also of snapshot files' maps): nothing on the device
@@ -329,11 +335,9 @@ struct counted_pick {
 static int pick_fresh(void *priv, uint64_t off)
 {
 	struct counted_pick *p = priv;
-	int yes = ext2fs_test_block_bitmap2(p->t->fresh,
-					    off / p->t->vol->fs->blocksize);
 
-	p->picked += yes != 0;
-	return yes;
+	return counted(p, ext2fs_test_block_bitmap2(p->t->fresh,
+					off / p->t->vol->fs->blocksize));
 }
 
 /*
@@ -344,22 +348,24 @@ static int pick_fresh(void *priv, uint64_t off)
  */
 static int pick_map(void *priv, uint64_t off)
 {
-	return pick_rank(priv, off, NX_VOL_RANK_MAP);
+	struct counted_pick *p = priv;
+
+	return counted(p, pick_rank(p->t, off, NX_VOL_RANK_MAP));
 }
 
 static int pick_active_inode(void *priv, uint64_t off)
 {
-	return pick_rank(priv, off, NX_VOL_RANK_ACTIVE);
+	struct counted_pick *p = priv;
+
+	return counted(p, pick_rank(p->t, off, NX_VOL_RANK_ACTIVE));
 }
 
 /* The other snapshot inodes' blocks. */
 static int pick_snap_inodes(void *priv, uint64_t off)
 {
 	struct counted_pick *p = priv;
-	int yes = pick_rank(p->t, off, NX_VOL_RANK_INODE);
 
-	p->picked += yes;
-	return yes;
+	return counted(p, pick_rank(p->t, off, NX_VOL_RANK_INODE));
 }
 
 /*
@@ -378,27 +384,22 @@ static int pick_snap_inodes(void *priv, uint64_t off)
  */
 static errcode_t write_ordered(struct nx_txn *t)
 {
+	static int (*const phases[])(void *, uint64_t) = {
+		pick_fresh, pick_map, pick_active_inode, pick_snap_inodes,
+	};
 	struct nx_blkio *io = t->vol->io;
-	struct counted_pick fresh = { t, 0 }, others = { t, 0 };
 	errcode_t err;
+	size_t i;
 
 	err = nx_blkio_sync(io);
-	if (!err)
-		err = nx_blkio_write_held(io, pick_fresh, &fresh);
-	if (!err && fresh.picked)
-		err = nx_blkio_sync(io);
-	if (!err)
-		err = nx_blkio_write_held(io, pick_map, t);
-	if (!err)
-		err = nx_blkio_sync(io);
-	if (!err)
-		err = nx_blkio_write_held(io, pick_active_inode, t);
-	if (!err)
-		err = nx_blkio_sync(io);
-	if (!err)
-		err = nx_blkio_write_held(io, pick_snap_inodes, &others);
-	if (!err && others.picked)
-		err = nx_blkio_sync(io);
+	/* A phase that wrote nothing needs no sync: the last one covers it. */
+	for (i = 0; !err && i < sizeof(phases) / sizeof(phases[0]); i++) {
+		struct counted_pick p = { t, 0 };
+
+		err = nx_blkio_write_held(io, phases[i], &p);
+		if (!err && p.picked)
+			err = nx_blkio_sync(io);
+	}
 	if (!err)
 		err = nx_blkio_write_held(io, NULL, NULL);
 	if (!err)
